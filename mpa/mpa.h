@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mpa.h - Marker PDU Aligned framing (RFC 5044), with the enhanced
+ * connection setup of RFC 6581.
+ *
+ * Pure codecs over byte buffers: no I/O, no allocation, no globals.
+ *
+ *  - Connection setup: build and parse the MPA Request and Reply frames.
+ *  - Transmit: frame one ULPDU as an FPDU (length, markers, pad, CRC) into
+ *    an iovec list that points at the caller's payload (no payload copy).
+ *  - Receive: an incremental decoder that accepts the TCP byte stream in any
+ *    chunking and hands out ULPDU bytes, FPDU boundaries and named errors.
+ *
+ * Errors: functions return 0 (or a length) on success and -errno on misuse.
+ * A protocol violation returns -EPROTO and names the fault as an enum
+ * mpa_error; mpa_error_term() gives its RFC 5040 Terminate encoding.
+ */
+#ifndef WISP_MPA_H
+#define WISP_MPA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* ------------------------------------------------------------------ */
+/* Constants                                                          */
+/* ------------------------------------------------------------------ */
+
+#define MPA_KEY_LEN         16
+#define MPA_RR_HDR_LEN      20   /* key + flags + rev + PD_Length */
+#define MPA_PD_MAX          512  /* RFC 5044 7.1: PD_Length <= 512 */
+#define MPA_IRD_ORD_LEN     4    /* RFC 6581 IRD and ORD words */
+#define MPA_IRD_ORD_MAX     0x3fff
+
+#define MPA_LEN_FIELD       2    /* ULPDU_Length */
+#define MPA_CRC_LEN         4
+#define MPA_MARKER_LEN      4
+#define MPA_MARKER_SPACING  512
+#define MPA_ULPDU_MAX       0xffff  /* what ULPDU_Length can say */
+#define MPA_ULPDU_SEND_MAX  64768   /* RFC 5044 3: largest ULPDU sent */
+#define MPA_MULPDU_MIN      128  /* RFC 5044 4.5 */
+
+/*
+ * Flags octet of the Request/Reply frame (octet 16). M in a Request asks
+ * for markers in the Responder's FPDUs, in a Reply for markers in the
+ * Initiator's; C set by either side means CRCs both ways (RFC 5044 7.1.1).
+ * Reserved bits are sent as zero and not checked on reception.
+ */
+#define MPA_FLAG_MARKERS    0x80 /* M */
+#define MPA_FLAG_CRC        0x40 /* C */
+#define MPA_FLAG_REJECT     0x20 /* R, Reply only */
+#define MPA_FLAG_ENHANCED   0x10 /* S: RFC 6581 enhanced data present */
+#define MPA_FLAG_RES_MASK   0x0f /* reserved */
+
+/* RFC 6581 IRD word: peer-to-peer flag (A) and zero-length SEND RTR (B). */
+#define MPA_IRD_P2P         0x8000
+#define MPA_IRD_SEND_RTR    0x4000
+/* RFC 6581 ORD word: zero-length WRITE RTR (C) and READ RTR (D). */
+#define MPA_ORD_WRITE_RTR   0x8000
+#define MPA_ORD_READ_RTR    0x4000
+
+/* RTR indications, as a set of bits in struct mpa_rr.rtr. */
+enum mpa_rtr {
+	MPA_RTR_SEND  = 1 << 0,
+	MPA_RTR_WRITE = 1 << 1,
+	MPA_RTR_READ  = 1 << 2,
+};
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Every protocol fault MPA can detect. The Terminate layer is LLP (2),
+ * error type MPA (0); the code is RFC 5044 section 8 / RFC 6581 section 9.
+ */
+enum mpa_error {
+	MPA_ERR_NONE = 0,
+	MPA_ERR_STREAM_LOST,      /* 0x01 TCP connection closed or lost */
+	MPA_ERR_CRC,              /* 0x02 CRC did not match */
+	MPA_ERR_MARKER,           /* 0x03 marker points wrong / bad reserved */
+	MPA_ERR_ULPDU_LEN,        /* 0x03 ULPDU_Length out of range */
+	MPA_ERR_BAD_KEY,          /* 0x04 not an MPA Request/Reply key */
+	MPA_ERR_BAD_REV,          /* 0x04 revision not 1 or 2 */
+	MPA_ERR_PD_LEN,           /* 0x04 PD_Length above 512 */
+	MPA_ERR_ENHANCED,         /* 0x04 enhanced bit with rev 1 or no IRD/ORD */
+	MPA_ERR_LOCAL_CATASTROPHIC, /* 0x05 */
+	MPA_ERR_INSUFFICIENT_IRD, /* 0x06 */
+	MPA_ERR_NO_MATCHING_RTR,  /* 0x07 */
+	MPA_ERR__COUNT
+};
+
+/* Terminate layer / error type / code packed as in the Terminate control
+ * field: layer << 12 | etype << 8 | code. */
+uint16_t mpa_error_term(enum mpa_error err);
+/* A short human-readable name, never NULL. */
+const char *mpa_error_str(enum mpa_error err);
+
+/* ------------------------------------------------------------------ */
+/* CRC32c                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * CRC32c (Castagnoli, RFC 3720 section 12.1) with ISA-L. Incremental:
+ * start with MPA_CRC_INIT, feed with mpa_crc_update(), finish with
+ * mpa_crc_final() which returns the CRC value (e.g. 0xe3069283 for
+ * "123456789").
+ */
+#define MPA_CRC_INIT 0xffffffffu
+uint32_t mpa_crc_update(uint32_t state, const void *buf, size_t len);
+uint32_t mpa_crc_final(uint32_t state);
+uint32_t mpa_crc32c(const void *buf, size_t len);
+
+/*
+ * The CRC field's octets on the wire: least significant byte first, as in
+ * RFC 3720's test vectors and as Linux siw sends it (docs/wire-formats.md).
+ */
+void mpa_crc_put(uint8_t out[MPA_CRC_LEN], uint32_t crc);
+uint32_t mpa_crc_get(const uint8_t in[MPA_CRC_LEN]);
+
+/* ------------------------------------------------------------------ */
+/* Connection setup: MPA Request / Reply                              */
+/* ------------------------------------------------------------------ */
+
+enum mpa_frame_type { MPA_REQUEST, MPA_REPLY };
+
+/*
+ * A Request or Reply frame. For rev 2 with .enhanced set, the IRD/ORD
+ * words are carried first in the private data and counted in PD_Length;
+ * .pdata / .pdata_len is the ULP's private data after them.
+ */
+struct mpa_rr {
+	enum mpa_frame_type type;
+	uint8_t rev;              /* 1 or 2 */
+	bool markers;             /* M */
+	bool crc;                 /* C */
+	bool reject;              /* R (Reply only) */
+	bool enhanced;            /* RFC 6581: IRD/ORD words present */
+	bool p2p;                 /* RFC 6581 peer-to-peer flag */
+	uint16_t ird;             /* 0 .. MPA_IRD_ORD_MAX */
+	uint16_t ord;             /* 0 .. MPA_IRD_ORD_MAX */
+	uint8_t rtr;              /* set of enum mpa_rtr; needs p2p */
+	const uint8_t *pdata;     /* parse: points into the input buffer */
+	uint16_t pdata_len;
+};
+
+/* Octets of the encoded frame, or -EINVAL / -EMSGSIZE if it cannot be
+ * encoded (bad revision, enhanced with rev 1, private data too long). */
+int mpa_rr_len(const struct mpa_rr *rr);
+
+/*
+ * Encode rr into buf. Returns the frame length, -EINVAL for an invalid rr,
+ * -EMSGSIZE if the private data exceeds MPA_PD_MAX, -ENOSPC if cap is short.
+ */
+int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap);
+
+/*
+ * Parse one frame of the given type from the start of buf.
+ * Returns the frame length (> 0) with *rr filled (pdata points into buf),
+ * -EAGAIN if buf holds only part of a frame (call again with more),
+ * -EPROTO with *err set for a malformed frame, -EINVAL on NULL arguments.
+ * Never reads past buf + len.
+ */
+int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
+		 struct mpa_rr *rr, enum mpa_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Sizes                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * RFC 5044 section 4.5: MULPDU from the effective MSS (EMSS):
+ *   no markers:  EMSS - (6 + EMSS mod 4)
+ *   markers:     EMSS - (6 + 4 * ceil(EMSS / 512) + EMSS mod 4)
+ * never below MPA_MULPDU_MIN (128) and never above MPA_ULPDU_SEND_MAX.
+ */
+uint32_t mpa_mulpdu(uint32_t emss, bool markers);
+
+/* Pad octets after a ULPDU of ulpdu_len octets (0..3). */
+static inline uint32_t mpa_pad_len(uint32_t ulpdu_len)
+{
+	return (4u - ((MPA_LEN_FIELD + ulpdu_len) & 3u)) & 3u;
+}
+
+/* ------------------------------------------------------------------ */
+/* Transmit: FPDU framing                                             */
+/* ------------------------------------------------------------------ */
+
+/* Per-direction transmit state. */
+struct mpa_tx {
+	bool crc;
+	bool markers;
+	uint64_t stream_off;      /* FPDU-stream octets sent so far */
+};
+
+void mpa_tx_init(struct mpa_tx *tx, bool crc, bool markers);
+
+/* Largest number of markers one FPDU can contain. */
+#define MPA_MAX_MARKERS_PER_FPDU \
+	((MPA_LEN_FIELD + MPA_ULPDU_MAX + 3 + MPA_CRC_LEN) / \
+	 (MPA_MARKER_SPACING - MPA_MARKER_LEN) + 2)
+
+/* Framing octets that mpa_fpdu_frame() writes; live until the send is done. */
+struct mpa_fpdu_scratch {
+	uint8_t len[MPA_LEN_FIELD];
+	uint8_t trailer[3 + MPA_CRC_LEN];       /* pad + CRC */
+	uint8_t markers[MPA_MAX_MARKERS_PER_FPDU][MPA_MARKER_LEN];
+};
+
+/*
+ * Frame one ULPDU (given as ulpdu[0..n)) as an FPDU. On success writes up
+ * to out_cap iovecs to out (length field, ULPDU pieces split around markers,
+ * markers, pad + CRC) and returns their count; the iovecs point at the
+ * caller's ULPDU buffers and at scr. Advances tx->stream_off.
+ * Returns -EMSGSIZE if the ULPDU is longer than MPA_ULPDU_SEND_MAX,
+ * -ENOSPC if out_cap is too small (tx is then unchanged).
+ */
+int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
+		   struct mpa_fpdu_scratch *scr, struct iovec *out,
+		   int out_cap);
+
+/* Octets the next FPDU for a ULPDU of ulpdu_len octets takes on the wire. */
+size_t mpa_fpdu_wire_len(const struct mpa_tx *tx, uint32_t ulpdu_len);
+
+/*
+ * Convenience: frame a contiguous ULPDU into buf. Returns the FPDU's wire
+ * length, or -EMSGSIZE / -ENOSPC as above.
+ */
+int mpa_fpdu_encode(struct mpa_tx *tx, const void *ulpdu, size_t len,
+		    uint8_t *buf, size_t cap);
+
+/* ------------------------------------------------------------------ */
+/* Receive: incremental FPDU decoder                                  */
+/* ------------------------------------------------------------------ */
+
+enum mpa_rx_state {
+	MPA_RX_LEN,       /* reading ULPDU_Length */
+	MPA_RX_ULPDU,     /* handing out ULPDU octets */
+	MPA_RX_PAD,       /* pad octets */
+	MPA_RX_CRC,       /* CRC octets */
+	MPA_RX_FAILED,    /* a fault was reported; stays here */
+};
+
+struct mpa_rx {
+	bool crc;
+	bool markers;
+	uint16_t max_ulpdu;       /* longest ULPDU accepted */
+	enum mpa_rx_state state;
+	enum mpa_error error;     /* set when state is MPA_RX_FAILED */
+	uint64_t stream_off;      /* FPDU-stream offset of the next octet */
+	uint64_t fpdu_start;      /* stream offset where this FPDU began */
+	uint32_t crc_state;
+	uint16_t ulpdu_len;
+	uint16_t ulpdu_done;      /* ULPDU octets handed out so far */
+	uint8_t part_done;        /* octets of len/pad/CRC/marker collected */
+	uint8_t marker_done;      /* 0..4 octets of a marker in progress */
+	uint8_t hold[MPA_MARKER_LEN];
+	uint8_t marker[MPA_MARKER_LEN];
+};
+
+/*
+ * max_ulpdu: the largest ULPDU_Length accepted (MULPDU of the local side,
+ * or MPA_ULPDU_MAX to accept anything framing allows).
+ */
+void mpa_rx_init(struct mpa_rx *rx, bool crc, bool markers,
+		 uint16_t max_ulpdu);
+
+enum mpa_rx_event_type {
+	MPA_RX_EV_NONE,   /* all input consumed, nothing to report */
+	MPA_RX_EV_DATA,   /* ULPDU octets: data / len at ulpdu_off */
+	MPA_RX_EV_FPDU,   /* an FPDU ended and passed all checks */
+};
+
+struct mpa_rx_event {
+	enum mpa_rx_event_type type;
+	uint16_t ulpdu_len;       /* DATA, FPDU: length of the current ULPDU */
+	uint16_t ulpdu_off;       /* DATA: offset of data within the ULPDU */
+	const uint8_t *data;      /* DATA: points into the input */
+	size_t len;               /* DATA: octets at data */
+};
+
+/*
+ * Feed stream octets in[0..len). Consumes framing octets (length, markers,
+ * pad, CRC) and stops at the first event: a run of ULPDU octets (DATA),
+ * the end of a good FPDU (FPDU), or a fault (-EPROTO, rx->error set, rx
+ * stays failed). Returns the number of input octets consumed (which may be
+ * less than len: call again with the rest), or -EPROTO.
+ *
+ * DATA runs never cross a marker, so they are contiguous ULPDU octets;
+ * the CRC has already been updated over them. An FPDU event follows the
+ * last DATA run of a ULPDU once pad and CRC are checked (a zero-length
+ * ULPDU yields only the FPDU event).
+ */
+long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		 struct mpa_rx_event *ev);
+
+/*
+ * In MPA_RX_ULPDU state: how many ULPDU octets follow contiguously in the
+ * stream before the next marker or the end of the ULPDU. A receiver can
+ * recv() that many octets straight into their destination and then pass
+ * them to mpa_rx_feed() at that address (zero-copy placement). 0 in any
+ * other state.
+ */
+size_t mpa_rx_contig(const struct mpa_rx *rx);
+
+/*
+ * Convenience over mpa_rx_feed(): assemble the current ULPDU into
+ * buf[0..cap). Returns the octets consumed; when an FPDU completed within
+ * them, *complete is true, *ulpdu_len is its length and buf holds the
+ * ULPDU. Call again with the unconsumed rest. -EPROTO on a fault
+ * (rx->error), -ENOBUFS if the ULPDU does not fit in cap.
+ */
+long mpa_rx_collect(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		    uint8_t *buf, size_t cap, size_t *ulpdu_len,
+		    bool *complete);
+
+#endif /* WISP_MPA_H */

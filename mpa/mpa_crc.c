@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mpa_crc.c - CRC32c for MPA FPDUs (RFC 5044 section 6, using the
+ * polynomial and conventions of RFC 3720 section 12.1), and the names and
+ * Terminate codes of MPA's faults.
+ *
+ * ISA-L's crc32_iscsi() runs the reflected CRC32c register without the
+ * final inversion, so it chains across buffers; mpa_crc_final() applies
+ * the inversion once at the end.
+ */
+#include <isa-l/crc.h>
+
+#include "mpa.h"
+
+uint32_t mpa_crc_update(uint32_t state, const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+
+	/* crc32_iscsi() takes an int length: feed huge buffers in slices. */
+	while (len > 0) {
+		int n = len > (1u << 30) ? (1 << 30) : (int)len;
+
+		state = crc32_iscsi((unsigned char *)p, n, state);
+		p += n;
+		len -= (size_t)n;
+	}
+	return state;
+}
+
+uint32_t mpa_crc_final(uint32_t state)
+{
+	return ~state;
+}
+
+uint32_t mpa_crc32c(const void *buf, size_t len)
+{
+	return mpa_crc_final(mpa_crc_update(MPA_CRC_INIT, buf, len));
+}
+
+/*
+ * RFC 3720 B.4 prints the CRC of 32 zero octets as "aa 36 91 8a": the value
+ * 0x8a9136aa with its least significant octet first. MPA takes its CRC from
+ * iSCSI, and Linux siw puts the octets on the wire in that same order.
+ */
+void mpa_crc_put(uint8_t out[MPA_CRC_LEN], uint32_t crc)
+{
+	out[0] = (uint8_t)crc;
+	out[1] = (uint8_t)(crc >> 8);
+	out[2] = (uint8_t)(crc >> 16);
+	out[3] = (uint8_t)(crc >> 24);
+}
+
+uint32_t mpa_crc_get(const uint8_t in[MPA_CRC_LEN])
+{
+	return (uint32_t)in[0] | (uint32_t)in[1] << 8 |
+	       (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
+}
+
+/* Terminate layer LLP (2), error type MPA (0). */
+#define MPA_TERM(code) ((uint16_t)(2u << 12 | 0u << 8 | (code)))
+
+static const struct {
+	const char *name;
+	uint16_t term;
+} mpa_errors[MPA_ERR__COUNT] = {
+	[MPA_ERR_NONE]               = { "no error",                     0 },
+	[MPA_ERR_STREAM_LOST]        = { "TCP stream lost",              MPA_TERM(0x01) },
+	[MPA_ERR_CRC]                = { "MPA CRC error",                MPA_TERM(0x02) },
+	[MPA_ERR_MARKER]             = { "MPA marker points wrong",      MPA_TERM(0x03) },
+	[MPA_ERR_ULPDU_LEN]          = { "MPA ULPDU length out of range", MPA_TERM(0x03) },
+	[MPA_ERR_BAD_KEY]            = { "MPA frame key invalid",        MPA_TERM(0x04) },
+	[MPA_ERR_BAD_REV]            = { "MPA revision unsupported",     MPA_TERM(0x04) },
+	[MPA_ERR_PD_LEN]             = { "MPA private data too long",    MPA_TERM(0x04) },
+	[MPA_ERR_ENHANCED]           = { "MPA enhanced data missing",    MPA_TERM(0x04) },
+	[MPA_ERR_LOCAL_CATASTROPHIC] = { "MPA local catastrophic",       MPA_TERM(0x05) },
+	[MPA_ERR_INSUFFICIENT_IRD]   = { "MPA insufficient IRD",         MPA_TERM(0x06) },
+	[MPA_ERR_NO_MATCHING_RTR]    = { "MPA no matching RTR model",    MPA_TERM(0x07) },
+};
+
+uint16_t mpa_error_term(enum mpa_error err)
+{
+	if ((unsigned int)err >= MPA_ERR__COUNT)
+		return MPA_TERM(0x05);
+	return mpa_errors[err].term;
+}
+
+const char *mpa_error_str(enum mpa_error err)
+{
+	if ((unsigned int)err >= MPA_ERR__COUNT)
+		return "MPA unknown error";
+	return mpa_errors[err].name;
+}

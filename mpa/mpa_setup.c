@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mpa_setup.c - MPA Request and Reply frames (RFC 5044 section 7.1) with
+ * the enhanced connection setup data of RFC 6581 section 9.
+ *
+ *   0                   1                   2                   3
+ *   0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+ *  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+ *  |      Key (16 octets): "MPA ID Req Frame" / "MPA ID Rep Frame" |
+ *  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+ *  |M|C|R|E| Res   |     Rev       |          PD_Length            |
+ *  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+ *  |A|B|           IRD             |C|D|           ORD             |  rev 2, E set
+ *  +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+ *  |                 private data (PD_Length octets in all)        |
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "mpa.h"
+
+static const char mpa_key_req[MPA_KEY_LEN] = "MPA ID Req Frame";
+static const char mpa_key_rep[MPA_KEY_LEN] = "MPA ID Rep Frame";
+
+static const char *mpa_key(enum mpa_frame_type type)
+{
+	return type == MPA_REQUEST ? mpa_key_req : mpa_key_rep;
+}
+
+static inline void put_be16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static inline uint16_t get_be16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static int mpa_rr_check(const struct mpa_rr *rr)
+{
+	if (rr->rev != 1 && rr->rev != 2)
+		return -EINVAL;
+	/* RFC 6581 section 9: the enhanced format exists only in rev 2. */
+	if (rr->enhanced && rr->rev != 2)
+		return -EINVAL;
+	if (rr->reject && rr->type != MPA_REPLY)
+		return -EINVAL;
+	if (rr->ird > MPA_IRD_ORD_MAX || rr->ord > MPA_IRD_ORD_MAX)
+		return -EINVAL;
+	/* RFC 6581 9.2: "If Control Flag A is set to 0, then Control Flags
+	 * B, C, and D MUST also be set to 0." */
+	if (rr->rtr & ~(MPA_RTR_SEND | MPA_RTR_WRITE | MPA_RTR_READ))
+		return -EINVAL;
+	if (rr->rtr && !rr->p2p)
+		return -EINVAL;
+	if (rr->pdata_len && !rr->pdata)
+		return -EINVAL;
+	if ((size_t)rr->pdata_len + (rr->enhanced ? MPA_IRD_ORD_LEN : 0) >
+	    MPA_PD_MAX)
+		return -EMSGSIZE;
+	return 0;
+}
+
+int mpa_rr_len(const struct mpa_rr *rr)
+{
+	int ret;
+
+	if (!rr)
+		return -EINVAL;
+	ret = mpa_rr_check(rr);
+	if (ret)
+		return ret;
+	return MPA_RR_HDR_LEN + (rr->enhanced ? MPA_IRD_ORD_LEN : 0) +
+	       rr->pdata_len;
+}
+
+int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap)
+{
+	uint16_t pd_len;
+	uint8_t flags = 0;
+	uint8_t *p;
+	int len;
+
+	if (!buf)
+		return -EINVAL;
+	len = mpa_rr_len(rr);
+	if (len < 0)
+		return len;
+	if (cap < (size_t)len)
+		return -ENOSPC;
+
+	flags |= rr->markers ? MPA_FLAG_MARKERS : 0;
+	flags |= rr->crc ? MPA_FLAG_CRC : 0;
+	flags |= rr->reject ? MPA_FLAG_REJECT : 0;
+	flags |= rr->enhanced ? MPA_FLAG_ENHANCED : 0;
+	pd_len = (uint16_t)(len - MPA_RR_HDR_LEN);
+
+	memcpy(buf, mpa_key(rr->type), MPA_KEY_LEN);
+	buf[16] = flags;
+	buf[17] = rr->rev;
+	put_be16(buf + 18, pd_len);
+	p = buf + MPA_RR_HDR_LEN;
+
+	if (rr->enhanced) {
+		uint16_t ird = rr->ird, ord = rr->ord;
+
+		ird |= rr->p2p ? MPA_IRD_P2P : 0;
+		ird |= (rr->rtr & MPA_RTR_SEND) ? MPA_IRD_SEND_RTR : 0;
+		ord |= (rr->rtr & MPA_RTR_WRITE) ? MPA_ORD_WRITE_RTR : 0;
+		ord |= (rr->rtr & MPA_RTR_READ) ? MPA_ORD_READ_RTR : 0;
+		put_be16(p, ird);
+		put_be16(p + 2, ord);
+		p += MPA_IRD_ORD_LEN;
+	}
+	if (rr->pdata_len)
+		memcpy(p, rr->pdata, rr->pdata_len);
+	return len;
+}
+
+static int mpa_fail(enum mpa_error *err, enum mpa_error what)
+{
+	if (err)
+		*err = what;
+	return -EPROTO;
+}
+
+int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
+		 struct mpa_rr *rr, enum mpa_error *err)
+{
+	uint16_t pd_len;
+	uint8_t flags;
+
+	if (!buf || !rr || !err)
+		return -EINVAL;
+	*err = MPA_ERR_NONE;
+	/* The key is checked as soon as it is here: a peer that does not
+	 * speak MPA is refused without waiting for more octets. */
+	if (memcmp(buf, mpa_key(type), len < MPA_KEY_LEN ? len : MPA_KEY_LEN))
+		return mpa_fail(err, MPA_ERR_BAD_KEY);
+	if (len < MPA_RR_HDR_LEN)
+		return -EAGAIN;
+
+	flags = buf[16];
+	pd_len = get_be16(buf + 18);
+	memset(rr, 0, sizeof(*rr));
+	rr->type = type;
+	rr->rev = buf[17];
+
+	/* RFC 5044 7.1: "Rev: This field contains the revision of MPA.
+	 * For this version of the specification, senders MUST set this field
+	 * to one." RFC 6581 defines revision 2; nothing else is spoken. */
+	if (rr->rev != 1 && rr->rev != 2)
+		return mpa_fail(err, MPA_ERR_BAD_REV);
+	/* RFC 5044 7.1: "The maximum value of PD_Length is 512 octets." */
+	if (pd_len > MPA_PD_MAX)
+		return mpa_fail(err, MPA_ERR_PD_LEN);
+	if (len < (size_t)MPA_RR_HDR_LEN + pd_len)
+		return -EAGAIN;
+
+	rr->markers = flags & MPA_FLAG_MARKERS;
+	rr->crc = flags & MPA_FLAG_CRC;
+	/* RFC 5044 7.1.1: R "is set to zero, and not checked on reception
+	 * in the MPA Request Frame"; Res "MUST be set to zero when sending,
+	 * and not checked on reception". Linux siw sets a Res bit (0x08 of
+	 * this octet) for an experiment of its own; it is ignored here. */
+	rr->reject = type == MPA_REPLY && (flags & MPA_FLAG_REJECT);
+	rr->enhanced = rr->rev == 2 && (flags & MPA_FLAG_ENHANCED);
+	rr->pdata = buf + MPA_RR_HDR_LEN;
+	rr->pdata_len = pd_len;
+
+	if (rr->enhanced) {
+		uint16_t ird, ord;
+
+		/* RFC 6581 6: "if the 'S' flag is set, Private Data MUST
+		 * begin with enhanced RDMA connection establishment data";
+		 * a frame too short for it cannot be understood (Linux siw
+		 * rejects it too). */
+		if (pd_len < MPA_IRD_ORD_LEN)
+			return mpa_fail(err, MPA_ERR_ENHANCED);
+		ird = get_be16(rr->pdata);
+		ord = get_be16(rr->pdata + 2);
+		rr->ird = ird & MPA_IRD_ORD_MAX;
+		rr->ord = ord & MPA_IRD_ORD_MAX;
+		rr->p2p = ird & MPA_IRD_P2P;
+		/* RFC 6581 9.2: "On reception, if Control Flag A is set to
+		 * 0, then Control Flags B, C, and D MUST be ignored." */
+		if (rr->p2p) {
+			rr->rtr |= (ird & MPA_IRD_SEND_RTR) ? MPA_RTR_SEND : 0;
+			rr->rtr |= (ord & MPA_ORD_WRITE_RTR) ? MPA_RTR_WRITE : 0;
+			rr->rtr |= (ord & MPA_ORD_READ_RTR) ? MPA_RTR_READ : 0;
+		}
+		rr->pdata += MPA_IRD_ORD_LEN;
+		rr->pdata_len -= MPA_IRD_ORD_LEN;
+	}
+	if (!rr->pdata_len)
+		rr->pdata = NULL;
+	return MPA_RR_HDR_LEN + pd_len;
+}
+
+uint32_t mpa_mulpdu(uint32_t emss, bool markers)
+{
+	uint32_t overhead = MPA_LEN_FIELD + MPA_CRC_LEN + emss % 4;
+	uint32_t mulpdu;
+
+	/* RFC 5044 4.5: "MULPDU = EMSS - (6 + 4 * Ceiling(EMSS / 512) +
+	 * EMSS mod 4)" with markers, "MULPDU = EMSS - (6 + EMSS mod 4)"
+	 * without. */
+	if (markers)
+		overhead += MPA_MARKER_LEN *
+			    ((emss + MPA_MARKER_SPACING - 1) / MPA_MARKER_SPACING);
+	mulpdu = emss > overhead ? emss - overhead : 0;
+	/* "MPA on TCP sender MUST NOT shrink the MULPDU below 128 octets":
+	 * on a tiny EMSS an FPDU spans several TCP segments instead. */
+	if (mulpdu < MPA_MULPDU_MIN)
+		mulpdu = MPA_MULPDU_MIN;
+	return mulpdu > MPA_ULPDU_SEND_MAX ? MPA_ULPDU_SEND_MAX : mulpdu;
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# wisp's test command: what a newcomer pastes and what CI runs.
+#
+#   scripts/test.sh
+#
+# On a fresh Debian 12 machine it installs the packages it needs, then:
+#   1. builds wisp with gcc and -Werror, runs every Criterion suite;
+#   2. builds again with AddressSanitizer + UBSan, runs the same suites;
+#   3. builds the libFuzzer targets with clang, runs each on its seed
+#      corpus for WISP_FUZZ_SECONDS (default 30) seconds;
+#   4. runs cppcheck over wisp's sources.
+# It ends with one line "wisp: N passed, M failed" (each unit test of each
+# build counts once, and so does each build, fuzz target and cppcheck) and
+# exits non-zero if anything failed.
+#
+# Environment: WISP_BUILD_DIR (default ./build), WISP_FUZZ_SECONDS,
+# WISP_SKIP_DEPS=1 to skip the package check.
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${WISP_BUILD_DIR:-$top/build}
+fuzz_seconds=${WISP_FUZZ_SECONDS:-30}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+packages=(
+	build-essential cmake ninja-build pkg-config
+	clang llvm libclang-rt-14-dev
+	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
+	libcriterion-dev cppcheck
+)
+
+log() { printf '\n=== %s\n' "$*"; }
+
+install_deps() {
+	local missing=() sudo=()
+
+	for p in "${packages[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+			grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null || {
+			echo "missing packages: ${missing[*]} (run as root or install sudo)" >&2
+			return 1
+		}
+		sudo=(sudo)
+	fi
+	log "installing ${missing[*]}"
+	"${sudo[@]}" apt-get update -qq &&
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+		--no-install-recommends "${missing[@]}"
+}
+
+passed=0
+failed=0
+failures=()
+
+# step NAME COMMAND...: run a step, count it, keep going on failure.
+step() {
+	local name=$1
+	shift
+	log "$name"
+	if "$@"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		failures+=("$name")
+		echo "FAILED: $name" >&2
+	fi
+}
+
+configure_build() {
+	local dir=$1
+	shift
+	cmake -S "$top" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 ||
+		{ cat "$dir.configure.log"; return 1; }
+	cmake --build "$dir" -j "$jobs"
+}
+
+# Unit tests counted one by one from Criterion's synthesis lines.
+unit_passed=0
+unit_failed=0
+
+run_suites() {
+	local log="$1.ctest.log" rc=0 sums
+
+	ctest --test-dir "$1" -V -j "$jobs" >"$log" 2>&1 || rc=1
+	grep -E "Synthesis: Tested" "$log" | sed 's/^[0-9]*: //'
+	grep -E "tests passed|tests failed out of" "$log"
+	sums=$(grep -oE "Passing: [0-9]+ \| Failing: [0-9]+ \| Crashing: [0-9]+" "$log" |
+		awk '{p += $2; f += $5 + $8} END {print p + 0, f + 0}')
+	unit_passed=$((unit_passed + ${sums% *}))
+	unit_failed=$((unit_failed + ${sums#* }))
+	if [ $rc -ne 0 ]; then
+		grep -E "\[FAIL\]|\[----\].*(Assertion|Unexpected|signal)|ERROR: |runtime error" "$log" | head -40
+	fi
+	return $rc
+}
+
+run_suites_sanitized() {
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		run_suites "$1"
+}
+
+run_fuzzers() {
+	local dir=$1 rc=0 t
+
+	for t in "$top"/tests/fuzz/corpus/*/; do
+		t=$(basename "$t")
+		[ -x "$dir/tests/fuzz/$t" ] || { echo "no fuzz binary for corpus $t"; rc=1; continue; }
+		mkdir -p "$dir/work-corpus/$t"
+		echo "--- $t: ${fuzz_seconds}s on $(ls "$top/tests/fuzz/corpus/$t" | wc -l) seeds"
+		# The first corpus folder receives new inputs; the seeds in the
+		# repository stay untouched.
+		"$dir/tests/fuzz/$t" -max_total_time="$fuzz_seconds" \
+			-rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+			-artifact_prefix="$dir/$t-" \
+			"$dir/work-corpus/$t" "$top/tests/fuzz/corpus/$t" \
+			>"$dir/$t.log" 2>&1 || { rc=1; tail -40 "$dir/$t.log"; }
+		grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|Done [0-9]+ runs)" \
+			"$dir/$t.log" | tail -2
+	done
+	return $rc
+}
+
+run_cppcheck() {
+	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
+		--enable=warning,style,performance,portability \
+		--suppress=missingIncludeSystem \
+		-I "$top/mpa" -I "$top/ddp" -I "$top/rdmap" \
+		"$top/mpa" "$top/ddp" "$top/rdmap" "$top/tests/fuzz"
+}
+
+if [ "${WISP_SKIP_DEPS:-0}" != 1 ]; then
+	install_deps || { echo "wisp: 0 passed, 1 failed"; exit 1; }
+fi
+mkdir -p "$build"
+
+step "build (gcc, -Werror)" configure_build "$build/release" \
+	-DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo
+step "unit suites" run_suites "$build/release"
+
+step "build (ASan + UBSan)" configure_build "$build/asan" \
+	-DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug -DWISP_ASAN=ON
+step "unit suites under ASan + UBSan" run_suites_sanitized "$build/asan"
+
+step "build fuzz targets (clang, libFuzzer)" configure_build "$build/fuzz" \
+	-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWISP_FUZZ=ON
+step "fuzz each target for ${fuzz_seconds}s" run_fuzzers "$build/fuzz"
+
+step "cppcheck" run_cppcheck
+
+echo
+for f in "${failures[@]}"; do echo "failed step: $f"; done
+echo "unit tests: $unit_passed passed, $unit_failed failed (both builds)"
+echo "wisp: $((passed + unit_passed)) passed, $((failed + unit_failed)) failed"
+[ "$failed" -eq 0 ] && [ "$unit_failed" -eq 0 ]

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of wisp's fuzz targets into corpus/<target>/.
+
+The seeds are written independently of wisp's C code (framing, markers and
+CRC32c are re-implemented here from RFC 5044), so a seed that wisp's decoder
+rejects points at a disagreement worth a look. Run from anywhere:
+    python3 tests/fuzz/make-seeds.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def fpdu_stream(ulpdus, crc, markers):
+    """FPDUs for ulpdus, with markers every 512 octets of the stream."""
+    out = bytearray()
+    for u in ulpdus:
+        start = len(out)
+        pad = (4 - (2 + len(u)) % 4) % 4
+        body = struct.pack(">H", len(u)) + u + bytes(pad)
+        fpdu = bytearray()
+        pos = start
+
+        def emit(chunk):
+            nonlocal pos
+            for b in chunk:
+                if markers and pos % 512 == 0:
+                    fpdu.extend(struct.pack(">HH", 0, pos - start))
+                    pos += 4
+                fpdu.append(b)
+                pos += 1
+
+        emit(body)
+        if markers and pos % 512 == 0:
+            fpdu.extend(struct.pack(">HH", 0, pos - start))
+            pos += 4
+        value = crc32c(bytes(fpdu)) if crc else 0
+        emit(struct.pack("<I", value))
+        out.extend(fpdu)
+    return bytes(out)
+
+
+def mpa_frame(key, flags, rev, pdata, ird_ord=None):
+    pd = b""
+    if ird_ord is not None:
+        pd = struct.pack(">HH", *ird_ord)
+    pd += pdata
+    return key + bytes([flags, rev]) + struct.pack(">H", len(pd)) + pd
+
+
+def tagged(op, last, stag, to):
+    return bytes([0x80 | (0x40 if last else 0) | 1, 0x40 | op]) + \
+        struct.pack(">IQ", stag, to)
+
+
+def untagged(op, last, inv, qn, msn, mo):
+    return bytes([(0x40 if last else 0) | 1, 0x40 | op]) + \
+        struct.pack(">IIII", inv, qn, msn, mo)
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    req, rep = b"MPA ID Req Frame", b"MPA ID Rep Frame"
+    t = "fuzz_mpa_setup"
+    write(t, "req-rev1", b"\x00" + mpa_frame(req, 0x00, 1, b""))
+    write(t, "req-rev1-crc-pd", b"\x00" + mpa_frame(req, 0x40, 1, b"hello"))
+    write(t, "req-rev2-p2p-rtr", b"\x00" +
+          mpa_frame(req, 0x50, 2, b"ulp", (0x8000 | 16, 0xC000 | 16)))
+    write(t, "rep-rev2-enh", b"\x01" +
+          mpa_frame(rep, 0x10, 2, b"", (0x8000 | 128, 0x4000 | 128)))
+    write(t, "rep-reject", b"\x01" + mpa_frame(rep, 0x20, 1, b"no thanks"))
+    write(t, "req-markers-512pd", b"\x00" + mpa_frame(req, 0x80, 1, bytes(512)))
+    write(t, "req-enh-short", b"\x00" + mpa_frame(req, 0x10, 2, b"\x01"))
+    write(t, "bad-key", b"\x00" + b"GET / HTTP/1.1\r\n\r\n")
+
+    t = "fuzz_mpa_fpdu"
+    send = untagged(3, True, 0, 0, 1, 0) + bytes(24)
+    rresp = tagged(2, True, 0x12345678, 0xABCD)
+    big = bytes(range(256)) * 8
+    for cfg, crc, markers in ((0, False, False), (1, True, False),
+                              (2, False, True), (3, True, True)):
+        stream = fpdu_stream([send, rresp, big[:1000], b"", big[:5]],
+                             crc, markers)
+        write(t, f"mixed-cfg{cfg}", bytes([cfg]) + b"\xff\xff" + stream)
+    write(t, "limit-1454", bytes([1]) + struct.pack(">H", 1454) +
+          fpdu_stream([big[:1454], big[:1455]], True, False))
+
+    t = "fuzz_rdmap_hdr"
+    view = bytes([3]) + struct.pack(">QQ", 0x1000, 1 << 32) + bytes(7)
+    qview = bytes([3]) + struct.pack(">Q", 1) + bytes([1, 1]) + \
+        struct.pack(">Q", 1 << 60) + bytes(2)
+    write(t, "write", b"\x00" + view + tagged(0, True, 0x100, 0x1000) + b"x" * 64)
+    write(t, "read-resp", b"\x00" + view + tagged(2, True, 0x12345678, 0xABCD))
+    write(t, "send", b"\x00" + qview + untagged(3, True, 0, 0, 1, 0) + b"hi")
+    write(t, "send-inv", b"\x00" + qview + untagged(4, True, 0x77, 0, 1, 0))
+    write(t, "send-se", b"\x00" + qview + untagged(5, False, 0, 0, 1, 8) + b"z" * 9)
+    write(t, "read-req", b"\x00" + qview + untagged(1, True, 0, 1, 1, 0) +
+          struct.pack(">IQIIQ", 0x11, 0x2000, 4096, 0x22, 0x3000))
+    term_ctrl = struct.pack(">I", (1 << 28) | (1 << 24) | (1 << 16) |
+                            0x8000 | 0x4000)
+    write(t, "terminate", b"\x01" + qview + untagged(7, True, 0, 2, 1, 0) +
+          term_ctrl + struct.pack(">H", 14) + tagged(0, True, 5, 0))
+    write(t, "bad-version", b"\x00" + view + bytes([0xC2, 0x80]) + bytes(12))
+
+
+if __name__ == "__main__":
+    main()

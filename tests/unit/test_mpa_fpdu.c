@@ -1,0 +1,555 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FPDU framing and the incremental decoder: RFC 5044 figure 5 and 6 byte
+ * for byte, the siw Read Response, pad rules, any chunking down to one
+ * octet, zero-copy placement, and tampering.
+ */
+#include <errno.h>
+
+#include "mpa.h"
+#include "test_util.h"
+
+#define MAXWIRE (MPA_ULPDU_SEND_MAX + 1024)
+
+/* ---- helpers ------------------------------------------------------------ */
+
+struct collected {
+	size_t count;
+	size_t lens[256];
+	uint8_t *bufs[256];
+};
+
+static void collected_free(struct collected *c)
+{
+	for (size_t i = 0; i < c->count; i++)
+		free(c->bufs[i]);
+}
+
+/*
+ * Decode stream[0..len) fed in chunks of `chunk` octets (0: random sizes
+ * from seed). Returns 0, or -EPROTO when the decoder reported a fault.
+ */
+static int decode_stream(struct mpa_rx *rx, const uint8_t *stream, size_t len,
+			 size_t chunk, uint32_t seed, struct collected *out)
+{
+	uint8_t *cur = malloc(MPA_ULPDU_MAX);
+	size_t off = 0;
+	uint32_t x = seed | 1;
+
+	cr_assert_not_null(cur);
+	out->count = 0;
+	while (off < len) {
+		size_t n = chunk;
+
+		if (!n) {
+			x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+			n = 1 + x % 700;
+		}
+		if (n > len - off)
+			n = len - off;
+		/* Exactly-sized copy: reading past the chunk trips ASan. */
+		uint8_t *piece = exact_copy(stream + off, n);
+		size_t used = 0;
+
+		while (used < n) {
+			size_t ulen;
+			bool done;
+			long r = mpa_rx_collect(rx, piece + used, n - used, cur,
+						MPA_ULPDU_MAX, &ulen, &done);
+
+			if (r < 0) {
+				free(piece);
+				free(cur);
+				return (int)r;
+			}
+			cr_assert_gt(r, 0, "decoder made no progress");
+			used += (size_t)r;
+			if (done) {
+				cr_assert_lt(out->count, 256);
+				out->lens[out->count] = ulen;
+				out->bufs[out->count] = exact_copy(cur, ulen);
+				out->count++;
+			}
+		}
+		free(piece);
+		off += n;
+	}
+	free(cur);
+	return 0;
+}
+
+/* Append one FPDU for ulpdu to the stream. */
+static size_t put_fpdu(struct mpa_tx *tx, uint8_t *stream, size_t at,
+		       const uint8_t *ulpdu, size_t len)
+{
+	int n = mpa_fpdu_encode(tx, ulpdu, len, stream + at, MAXWIRE);
+
+	cr_assert_gt(n, 0, "encode of %zu octets failed: %d", len, n);
+	return at + (size_t)n;
+}
+
+/* The 42-octet ULPDU of RFC 5044 figures 5 and 6 (Send, L, QN 0). */
+static void rfc5044_ulpdu(uint8_t ulpdu[42], uint8_t msn)
+{
+	memset(ulpdu, 0, 42);
+	ulpdu[0] = 0x41;
+	ulpdu[1] = 0x43;
+	ulpdu[13] = msn;
+}
+
+/* ---- safety ------------------------------------------------------------- */
+
+Test(mpa_fpdu, null_arguments)
+{
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+	struct mpa_tx tx;
+	uint8_t buf[64];
+
+	mpa_rx_init(&rx, true, false, 1000);
+	mpa_tx_init(&tx, true, false);
+	cr_assert_eq(mpa_rx_feed(NULL, buf, 1, &ev), -EINVAL);
+	cr_assert_eq(mpa_rx_feed(&rx, NULL, 1, &ev), -EINVAL);
+	cr_assert_eq(mpa_rx_feed(&rx, buf, 1, NULL), -EINVAL);
+	cr_assert_eq(mpa_rx_feed(&rx, NULL, 0, &ev), 0);
+	cr_assert_eq(ev.type, MPA_RX_EV_NONE);
+	cr_assert_eq(mpa_fpdu_encode(NULL, buf, 1, buf, 64), -EINVAL);
+	cr_assert_eq(mpa_fpdu_encode(&tx, NULL, 1, buf, 64), -EINVAL);
+	cr_assert_eq(mpa_fpdu_encode(&tx, buf, 1, NULL, 64), -EINVAL);
+	cr_assert_eq(mpa_rx_contig(NULL), 0);
+}
+
+Test(mpa_fpdu, too_long_and_no_room)
+{
+	static uint8_t big[MPA_ULPDU_SEND_MAX + 1];
+	uint8_t buf[64];
+	struct mpa_tx tx;
+
+	mpa_tx_init(&tx, false, false);
+	cr_assert_eq(mpa_fpdu_encode(&tx, big, sizeof(big), buf, sizeof(buf)),
+		     -EMSGSIZE);
+	/* 10 octets need 2 + 10 + 0 + 4 = 16 on the wire. */
+	cr_assert_eq(mpa_fpdu_encode(&tx, big, 10, buf, 15), -ENOSPC);
+	cr_assert_eq(tx.stream_off, 0, "failed encode must not advance");
+	cr_assert_eq(mpa_fpdu_encode(&tx, big, 10, buf, 16), 16);
+	cr_assert_eq(tx.stream_off, 16);
+}
+
+Test(mpa_fpdu, frame_reports_short_iovec_array)
+{
+	uint8_t a[100] = { 0 };
+	struct iovec in = { a, sizeof(a) };
+	struct iovec out[2];
+	struct mpa_fpdu_scratch scr;
+	struct mpa_tx tx;
+
+	mpa_tx_init(&tx, true, false);
+	/* len + data + CRC need three iovecs. */
+	cr_assert_eq(mpa_fpdu_frame(&tx, &in, 1, &scr, out, 2), -ENOSPC);
+	cr_assert_eq(tx.stream_off, 0);
+}
+
+/* ---- known answers ------------------------------------------------------ */
+
+Test(mpa_fpdu, rfc5044_figure5_first_fpdu_with_marker)
+{
+	uint8_t want[52] = { 0 };
+	uint8_t ulpdu[42], wire[64];
+	struct mpa_tx tx;
+
+	/* Figure 5: marker 00 00 00 00, length 00 2a, the ULPDU, CRC. */
+	want[5] = 0x2a;
+	want[6] = 0x41;
+	want[7] = 0x43;
+	want[19] = 0x01;
+	want[48] = 0x52; want[49] = 0x23; want[50] = 0x99; want[51] = 0x83;
+
+	rfc5044_ulpdu(ulpdu, 1);
+	mpa_tx_init(&tx, true, true);
+	cr_assert_eq(mpa_fpdu_wire_len(&tx, 42), 52);
+	cr_assert_eq(mpa_fpdu_encode(&tx, ulpdu, 42, wire, sizeof(wire)), 52);
+	cr_assert_arr_eq(wire, want, 52);
+}
+
+Test(mpa_fpdu, rfc5044_figure6_marker_inside_fpdu)
+{
+	/* Figure 6: the second FPDU of a stream whose first FPDU took 492
+	 * octets (leading marker + 2 + 482 + 4). It starts at 0x1ec; the
+	 * marker at 0x200 points 0x14 back. */
+	static uint8_t stream[1024];
+	uint8_t first[482], ulpdu[42], want[52] = { 0 };
+	struct mpa_tx tx;
+	size_t end;
+
+	want[1] = 0x2a;
+	want[2] = 0x41;
+	want[3] = 0x43;
+	want[15] = 0x02;                    /* MSN 2 */
+	want[23] = 0x14;                    /* marker at 0x200: FPDUPTR */
+	want[48] = 0x84; want[49] = 0x92; want[50] = 0x58; want[51] = 0x98;
+
+	fill_pattern(first, sizeof(first), 11);
+	rfc5044_ulpdu(ulpdu, 2);
+	mpa_tx_init(&tx, true, true);
+	end = put_fpdu(&tx, stream, 0, first, sizeof(first));
+	cr_assert_eq(end, 0x1ec);
+	end = put_fpdu(&tx, stream, end, ulpdu, sizeof(ulpdu));
+	cr_assert_eq(end, 0x220);
+	cr_assert_arr_eq(stream + 0x1ec, want, 52);
+
+	/* And the decoder takes both back, checking CRC and markers. */
+	struct mpa_rx rx;
+	struct collected got;
+
+	mpa_rx_init(&rx, true, true, 1454);
+	cr_assert_eq(decode_stream(&rx, stream, end, 1, 0, &got), 0);
+	cr_assert_eq(got.count, 2);
+	cr_assert_eq(got.lens[0], sizeof(first));
+	cr_assert_arr_eq(got.bufs[0], first, sizeof(first));
+	cr_assert_eq(got.lens[1], 42);
+	cr_assert_arr_eq(got.bufs[1], ulpdu, 42);
+	collected_free(&got);
+}
+
+Test(mpa_fpdu, siw_read_response_with_crc)
+{
+	static const uint8_t ulpdu[14] = {
+		0xc1, 0x42, 0x12, 0x34, 0x56, 0x78,
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xab, 0xcd,
+	};
+	static const uint8_t want[20] = {
+		0x00, 0x0e, 0xc1, 0x42, 0x12, 0x34, 0x56, 0x78,
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xab, 0xcd,
+		0x43, 0x00, 0x96, 0xa6,
+	};
+	uint8_t wire[32];
+	struct mpa_tx tx;
+
+	mpa_tx_init(&tx, true, false);
+	cr_assert_eq(mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), wire,
+				     sizeof(wire)), 20);
+	cr_assert_arr_eq(wire, want, 20);
+}
+
+Test(mpa_fpdu, without_crc_the_field_is_zero_and_unchecked)
+{
+	/* 5-octet ULPDU: 2 + 5 = 7, one pad octet, CRC field present. */
+	static const uint8_t want[12] = {
+		0x00, 0x05, 'h', 'e', 'l', 'l', 'o', 0x00, 0, 0, 0, 0,
+	};
+	uint8_t wire[16];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct collected got;
+
+	mpa_tx_init(&tx, false, false);
+	cr_assert_eq(mpa_fpdu_encode(&tx, "hello", 5, wire, sizeof(wire)), 12);
+	cr_assert_arr_eq(wire, want, 12);
+
+	/* RFC 5044 4.1: without CRC the field "may contain any value, and
+	 * MUST NOT be checked"; pad is ignored on receive too. */
+	wire[7] = 0x5a;
+	wire[8] = 0xde; wire[9] = 0xad; wire[10] = 0xbe; wire[11] = 0xef;
+	mpa_rx_init(&rx, false, false, 1000);
+	cr_assert_eq(decode_stream(&rx, wire, 12, 1, 0, &got), 0);
+	cr_assert_eq(got.count, 1);
+	cr_assert_arr_eq(got.bufs[0], "hello", 5);
+	collected_free(&got);
+}
+
+Test(mpa_fpdu, pad_makes_multiple_of_four)
+{
+	for (uint32_t len = 0; len < 64; len++) {
+		struct mpa_tx tx;
+
+		mpa_tx_init(&tx, true, false);
+		cr_assert_eq((2 + len + mpa_pad_len(len)) % 4, 0);
+		cr_assert_lt(mpa_pad_len(len), 4);
+		cr_assert_eq(mpa_fpdu_wire_len(&tx, len),
+			     2 + len + mpa_pad_len(len) + 4);
+	}
+	cr_assert_eq(mpa_pad_len(0), 2);
+	cr_assert_eq(mpa_pad_len(2), 0);
+	cr_assert_eq(mpa_pad_len(3), 3);
+}
+
+Test(mpa_fpdu, zero_length_ulpdu_is_one_fpdu_event)
+{
+	uint8_t wire[16];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+
+	mpa_tx_init(&tx, true, false);
+	cr_assert_eq(mpa_fpdu_encode(&tx, NULL, 0, wire, sizeof(wire)), 8);
+	mpa_rx_init(&rx, true, false, 100);
+	cr_assert_eq(mpa_rx_feed(&rx, wire, 8, &ev), 8);
+	cr_assert_eq(ev.type, MPA_RX_EV_FPDU);
+	cr_assert_eq(ev.ulpdu_len, 0);
+}
+
+/* ---- markers -------------------------------------------------------------- */
+
+Test(mpa_fpdu, markers_every_512_octets_point_home)
+{
+	static uint8_t stream[4 * MAXWIRE];
+	uint8_t ulpdu[3000];
+	size_t sizes[] = { 1, 506, 507, 508, 509, 1000, 3000, 0, 17 };
+	size_t at = 0, starts[16];
+	struct mpa_tx tx;
+	size_t i = 0;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 5);
+	mpa_tx_init(&tx, false, true);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		starts[i] = at;
+		at = put_fpdu(&tx, stream, at, ulpdu, sizes[i]);
+		cr_assert_eq(at % 4, 0, "FPDUs keep 4-octet alignment");
+	}
+	starts[i] = at;
+	/* Walk every marker: FPDUPTR leads to the FPDU containing it. */
+	for (size_t m = 0; m < at; m += 512) {
+		uint16_t ptr = (uint16_t)(stream[m + 2] << 8 | stream[m + 3]);
+		size_t f = 0;
+
+		cr_assert_eq(stream[m], 0);
+		cr_assert_eq(stream[m + 1], 0);
+		while (starts[f + 1] <= m)
+			f++;
+		cr_assert_eq(ptr, m - starts[f], "marker at %zu", m);
+	}
+}
+
+/* ---- round trips and chunking ---------------------------------------------- */
+
+static size_t build_mixed_stream(struct mpa_tx *tx, uint8_t *stream,
+				 uint8_t *ulpdus, const size_t *sizes, size_t n)
+{
+	size_t at = 0, off = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		at = put_fpdu(tx, stream, at, ulpdus + off, sizes[i]);
+		off += sizes[i];
+	}
+	return at;
+}
+
+Test(mpa_fpdu, round_trip_any_chunking_crc_x_markers)
+{
+	static const size_t sizes[] = {
+		0, 1, 2, 3, 4, 5, 14, 18, 46, 507, 508, 509, 1024, 1453, 1454,
+		4096, 9000, 64768, 7,
+	};
+	const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+	const size_t chunks[] = { 1, 2, 3, 5, 7, 64, 511, 512, 513, 4096, 0,
+				  SIZE_MAX };
+	size_t total = 0, runs = 0;
+	uint8_t *ulpdus, *stream;
+
+	for (size_t i = 0; i < n; i++)
+		total += sizes[i];
+	ulpdus = malloc(total);
+	stream = malloc(total + n * 16 + total / 100 + 1024);
+	cr_assert(ulpdus && stream);
+	fill_pattern(ulpdus, total, 99);
+
+	for (int cfg = 0; cfg < 4; cfg++) {
+		bool crc = cfg & 1, markers = cfg & 2;
+		struct mpa_tx tx;
+		size_t len;
+
+		mpa_tx_init(&tx, crc, markers);
+		len = build_mixed_stream(&tx, stream, ulpdus, sizes, n);
+		for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+			struct mpa_rx rx;
+			struct collected got;
+			size_t off = 0;
+
+			mpa_rx_init(&rx, crc, markers, MPA_ULPDU_MAX);
+			cr_assert_eq(decode_stream(&rx, stream, len, chunks[c],
+						   (uint32_t)(c + 1), &got), 0,
+				     "crc=%d markers=%d chunk=%zu: %s", crc,
+				     markers, chunks[c], mpa_error_str(rx.error));
+			cr_assert_eq(got.count, n);
+			for (size_t i = 0; i < n; i++) {
+				cr_assert_eq(got.lens[i], sizes[i]);
+				cr_assert_arr_eq(got.bufs[i], ulpdus + off,
+						 sizes[i]);
+				off += sizes[i];
+			}
+			cr_assert_eq(rx.stream_off, tx.stream_off);
+			collected_free(&got);
+			runs++;
+		}
+	}
+	cr_log_info("%zu decode runs of %zu FPDUs each", runs, n);
+	free(ulpdus);
+	free(stream);
+}
+
+Test(mpa_fpdu, zero_copy_placement_with_contig)
+{
+	/* Receive framing through the decoder, but ULPDU octets straight
+	 * into their destination, as the engine does with recv(). */
+	static uint8_t stream[3 * MAXWIRE];
+	uint8_t src[20000], dst[20000];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	size_t len, off = 0, placed = 0;
+	int fpdus = 0;
+
+	fill_pattern(src, sizeof(src), 1234);
+	memset(dst, 0, sizeof(dst));
+	mpa_tx_init(&tx, true, true);
+	len = put_fpdu(&tx, stream, 0, src, 9000);
+	len = put_fpdu(&tx, stream, len, src + 9000, 11000);
+	mpa_rx_init(&rx, true, true, MPA_ULPDU_MAX);
+
+	while (off < len) {
+		struct mpa_rx_event ev;
+		size_t want = mpa_rx_contig(&rx);
+		long r;
+
+		if (want) {
+			/* "recv" straight into the destination. */
+			memcpy(dst + placed, stream + off, want);
+			r = mpa_rx_feed(&rx, dst + placed, want, &ev);
+			cr_assert_eq(r, (long)want);
+			cr_assert_eq(ev.type, MPA_RX_EV_DATA);
+			cr_assert_eq(ev.data, dst + placed);
+			placed += want;
+			off += want;
+			continue;
+		}
+		/* Framing octets: one at a time, as a worst case. */
+		r = mpa_rx_feed(&rx, stream + off, 1, &ev);
+		cr_assert_eq(r, 1);
+		cr_assert_neq(ev.type, MPA_RX_EV_DATA);
+		fpdus += ev.type == MPA_RX_EV_FPDU;
+		off += 1;
+	}
+	cr_assert_eq(fpdus, 2);
+	cr_assert_eq(placed, sizeof(src));
+	cr_assert_arr_eq(dst, src, sizeof(src));
+}
+
+/* ---- tampering ----------------------------------------------------------- */
+
+Test(mpa_fpdu, every_single_bit_flip_is_detected_with_crc)
+{
+	/* The FPDU under test is followed by enough further FPDUs that a
+	 * corrupted length field still ends inside the stream. */
+	static uint8_t stream[8 * MAXWIRE];
+	uint8_t ulpdu[1454];
+	const uint16_t mulpdu = 1454;
+	size_t flips = 0;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 77);
+	for (int markers = 0; markers <= 1; markers++) {
+		struct mpa_tx tx;
+		size_t first_end, len;
+
+		mpa_tx_init(&tx, true, markers);
+		/* 700 octets starting at 0: with markers, one inside. */
+		first_end = put_fpdu(&tx, stream, 0, ulpdu, 700);
+		len = first_end;
+		for (int k = 0; k < 4; k++)
+			len = put_fpdu(&tx, stream, len, ulpdu, mulpdu);
+
+		for (size_t bit = 0; bit < first_end * 8; bit++) {
+			struct mpa_rx rx;
+			struct collected got;
+			int ret;
+
+			stream[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+			mpa_rx_init(&rx, true, markers, mulpdu);
+			ret = decode_stream(&rx, stream, len, 0, (uint32_t)bit, &got);
+			stream[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+			cr_assert_eq(ret, -EPROTO, "markers=%d bit %zu undetected",
+				     markers, bit);
+			cr_assert_eq(got.count, 0,
+				     "a corrupted FPDU was delivered (bit %zu)", bit);
+			cr_assert(rx.error == MPA_ERR_CRC ||
+				  rx.error == MPA_ERR_ULPDU_LEN ||
+				  rx.error == MPA_ERR_MARKER,
+				  "bit %zu: %s", bit, mpa_error_str(rx.error));
+			collected_free(&got);
+			flips++;
+		}
+	}
+	cr_log_info("%zu single-bit flips detected", flips);
+}
+
+Test(mpa_fpdu, ulpdu_length_above_limit)
+{
+	uint8_t wire[2000];
+	uint8_t ulpdu[1455] = { 0 };
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+
+	mpa_tx_init(&tx, false, false);
+	cr_assert_gt(mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), wire,
+				     sizeof(wire)), 0);
+	mpa_rx_init(&rx, false, false, 1454);
+	cr_assert_eq(mpa_rx_feed(&rx, wire, sizeof(wire), &ev), -EPROTO);
+	cr_assert_eq(rx.error, MPA_ERR_ULPDU_LEN);
+	cr_assert_eq(mpa_error_term(rx.error), 0x2003);
+	/* A failed decoder stays failed. */
+	cr_assert_eq(mpa_rx_feed(&rx, wire, 4, &ev), -EPROTO);
+}
+
+Test(mpa_fpdu, marker_pointing_wrong_without_crc)
+{
+	static uint8_t stream[4096];
+	uint8_t ulpdu[1000];
+	struct mpa_tx tx;
+	size_t len;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 8);
+	mpa_tx_init(&tx, false, true);
+	len = put_fpdu(&tx, stream, 0, ulpdu, sizeof(ulpdu));
+	len = put_fpdu(&tx, stream, len, ulpdu, sizeof(ulpdu));
+
+	for (size_t m = 0; m < len; m += 512) {
+		for (int bit = 2; bit < 16; bit++) {
+			struct mpa_rx rx;
+			struct collected got;
+			size_t at = m + 2 + (size_t)(1 - bit / 8);
+
+			stream[at] ^= (uint8_t)(1u << (bit % 8));
+			mpa_rx_init(&rx, false, true, MPA_ULPDU_MAX);
+			cr_assert_eq(decode_stream(&rx, stream, len, 0, 5, &got),
+				     -EPROTO, "marker %zu bit %d", m, bit);
+			cr_assert_eq(rx.error, MPA_ERR_MARKER);
+			collected_free(&got);
+			stream[at] ^= (uint8_t)(1u << (bit % 8));
+		}
+	}
+}
+
+Test(mpa_fpdu, marker_reserved_and_low_bits_are_ignored)
+{
+	/* RFC 5044 4.2: reserved "ignored on receive"; FPDUPTR's two low
+	 * bits "treat as zero". Without CRC, such a stream decodes. */
+	static uint8_t stream[4096];
+	uint8_t ulpdu[1500];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct collected got;
+	size_t len;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 9);
+	mpa_tx_init(&tx, false, true);
+	len = put_fpdu(&tx, stream, 0, ulpdu, sizeof(ulpdu));
+	for (size_t m = 0; m < len; m += 512) {
+		stream[m] = 0xff;
+		stream[m + 1] = 0x01;
+		stream[m + 3] |= 0x03;
+	}
+	mpa_rx_init(&rx, false, true, MPA_ULPDU_MAX);
+	cr_assert_eq(decode_stream(&rx, stream, len, 3, 0, &got), 0);
+	cr_assert_eq(got.count, 1);
+	cr_assert_arr_eq(got.bufs[0], ulpdu, sizeof(ulpdu));
+	collected_free(&got);
+}
