@@ -327,6 +327,10 @@ Test(stack, send_write_read_across_matrix)
 		}
 	}
 	free(src);
+	cr_log_info("%zu configurations x %zu sizes: SEND, WRITE and READ "
+		    "Request placed and compared",
+		    sizeof(matrix) / sizeof(matrix[0]),
+		    sizeof(sizes) / sizeof(sizes[0]));
 }
 
 /* Send one message, then a Terminate for the fault back the other way. */
