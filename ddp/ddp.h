@@ -148,8 +148,8 @@ struct ddp_tagged_buf {
 
 /*
  * Check a tagged segment of payload_len octets against buf, in this order:
- * invalid STag, STag not associated, TO wrap (the last octet, TO + len - 1,
- * overflows 64 bits), base or bounds ([TO, TO + len) not inside
+ * invalid STag, STag not associated, TO wrap (the 64-bit sum TO + len
+ * wraps, RFC 5041 7.1), base or bounds ([TO, TO + len) not inside
  * [base_to, base_to + len)). A zero-length segment is not checked at all
  * (RFC 5041 section 5.2: its STag and TO "MUST NOT be checked").
  * Returns 0 or -EPROTO with *err set; -EINVAL on NULL or an untagged h.
@@ -184,7 +184,7 @@ struct ddp_seg_iter {
 /* Returns 0, or -EINVAL on NULL, if mulpdu leaves no room for payload
  * after the header, if msg_len >= 2^32 (RFC 5041 section 5.2: "The ULP
  * Message Length MUST be less than 2^32", tagged or not), or if a tagged
- * message would run past TO 2^64 - 1. */
+ * message's TO + length would wrap 64 bits. */
 int ddp_seg_init(struct ddp_seg_iter *it, const struct ddp_hdr *tmpl,
 		 uint64_t msg_len, uint32_t mulpdu);
 

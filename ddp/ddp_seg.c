@@ -33,8 +33,9 @@ int ddp_seg_init(struct ddp_seg_iter *it, const struct ddp_hdr *tmpl,
 	 * inside its 32 bits. */
 	if (msg_len > DDP_MSG_LEN_MAX)
 		return -EINVAL;
-	if (tmpl->tagged && msg_len > 0 &&
-	    tmpl->t.to > UINT64_MAX - (msg_len - 1))
+	/* Every segment must pass the receiver's TO wrap check: TO plus
+	 * length may not wrap the 64-bit sum (RFC 5041 7.1). */
+	if (tmpl->tagged && tmpl->t.to > UINT64_MAX - msg_len)
 		return -EINVAL;
 
 	it->tmpl = *tmpl;

@@ -280,9 +280,9 @@ int ddp_check_tagged(const struct ddp_hdr *h, uint32_t payload_len,
 		*err = DDP_ERR_T_STAG_NOT_ASSOC;
 		return -EPROTO;
 	}
-	/* "The ULP Payload Length and TO do not wrap": the last octet,
-	 * TO + len - 1, must still be a 64-bit offset. */
-	if (h->t.to > UINT64_MAX - (payload_len - 1)) {
+	/* RFC 5041 7.1: "A 64-bit unsigned sum of the DDP Segment payload
+	 * length and the TO does not wrap." TO + len == 2^64 wraps too. */
+	if (h->t.to > UINT64_MAX - payload_len) {
 		*err = DDP_ERR_T_TO_WRAP;
 		return -EPROTO;
 	}

@@ -79,12 +79,12 @@ enum mpa_error {
 	MPA_ERR_NONE = 0,
 	MPA_ERR_STREAM_LOST,      /* 0x01 TCP connection closed or lost */
 	MPA_ERR_CRC,              /* 0x02 CRC did not match */
-	MPA_ERR_MARKER,           /* 0x03 marker points wrong / bad reserved */
+	MPA_ERR_MARKER,           /* 0x03 marker's FPDUPTR points wrong */
 	MPA_ERR_ULPDU_LEN,        /* 0x03 ULPDU_Length out of range */
 	MPA_ERR_BAD_KEY,          /* 0x04 not an MPA Request/Reply key */
 	MPA_ERR_BAD_REV,          /* 0x04 revision not 1 or 2 */
 	MPA_ERR_PD_LEN,           /* 0x04 PD_Length above 512 */
-	MPA_ERR_ENHANCED,         /* 0x04 enhanced bit with rev 1 or no IRD/ORD */
+	MPA_ERR_ENHANCED,         /* 0x04 S bit set but no IRD/ORD words */
 	MPA_ERR_LOCAL_CATASTROPHIC, /* 0x05 */
 	MPA_ERR_INSUFFICIENT_IRD, /* 0x06 */
 	MPA_ERR_NO_MATCHING_RTR,  /* 0x07 */
@@ -249,7 +249,7 @@ struct mpa_rx {
 	enum mpa_rx_state state;
 	enum mpa_error error;     /* set when state is MPA_RX_FAILED */
 	uint64_t stream_off;      /* FPDU-stream offset of the next octet */
-	uint64_t fpdu_start;      /* stream offset where this FPDU began */
+	uint64_t len_pos;         /* stream offset of this FPDU's ULPDU_Length */
 	uint32_t crc_state;
 	uint16_t ulpdu_len;
 	uint16_t ulpdu_done;      /* ULPDU octets handed out so far */

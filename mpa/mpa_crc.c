@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mpa_crc.c - CRC32c for MPA FPDUs (RFC 5044 section 6, using the
+ * mpa_crc.c - CRC32c for MPA FPDUs (RFC 5044 section 4.4, using the
  * polynomial and conventions of RFC 3720 section 12.1), and the names and
  * Terminate codes of MPA's faults.
  *

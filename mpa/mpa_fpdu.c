@@ -15,10 +15,12 @@
  * With markers, a 4-octet marker (16 reserved bits, 16-bit FPDUPTR) sits
  * at every 512th octet of the FPDU stream, counted from the first octet
  * after the MPA Request/Reply. FPDUPTR is the distance back from the
- * marker to the first octet of the FPDU it falls in; a marker that falls
- * exactly where an FPDU begins belongs to that FPDU and carries 0.
- * ULPDU_Length counts neither markers nor pad; the CRC covers everything
- * of the FPDU before it, markers included.
+ * marker to the ULPDU_Length field of the FPDU it falls in (RFC 5044 4.2).
+ * A marker that falls exactly between two FPDUs carries 0 and belongs to
+ * the next one: it is covered by that FPDU's CRC (4.3, 4.4), while that
+ * FPDU's later markers still point at its ULPDU_Length field, 4 octets
+ * after the leading marker. ULPDU_Length counts neither markers nor pad;
+ * the CRC covers everything of the FPDU before it, markers included.
  */
 #include <errno.h>
 #include <string.h>
@@ -68,7 +70,7 @@ struct fpdu_out {
 	int cnt;
 	int cap;
 	uint64_t pos;
-	uint64_t start;
+	uint64_t len_pos;         /* stream offset of ULPDU_Length */
 	bool markers;
 	struct mpa_fpdu_scratch *scr;
 	int nmarkers;
@@ -96,7 +98,9 @@ static int out_marker(struct fpdu_out *o)
 	if (o->nmarkers == MPA_MAX_MARKERS_PER_FPDU)
 		return -ENOSPC;
 	m = o->scr->markers[o->nmarkers++];
-	ptr = o->pos - o->start;
+	/* Before the length field is out this is the leading marker, which
+	 * "has an FPDUPTR value of 0x0000" (RFC 5044 4.3). */
+	ptr = o->pos - o->len_pos;
 	m[0] = 0;
 	m[1] = 0;
 	m[2] = (uint8_t)(ptr >> 8);
@@ -139,7 +143,7 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		return -EINVAL;
 	o = (struct fpdu_out){
 		.iov = out, .cap = out_cap, .pos = tx->stream_off,
-		.start = tx->stream_off, .markers = tx->markers, .scr = scr,
+		.len_pos = tx->stream_off, .markers = tx->markers, .scr = scr,
 	};
 	for (i = 0; i < n; i++) {
 		ulpdu_len += ulpdu[i].iov_len;
@@ -154,6 +158,10 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	memset(scr->trailer, 0, sizeof(scr->trailer));
 	crc_field = scr->trailer + pad;
 
+	ret = out_marker(&o);
+	if (ret)
+		return ret;
+	o.len_pos = o.pos;
 	ret = out_data(&o, scr->len, MPA_LEN_FIELD);
 	for (i = 0; !ret && i < n; i++)
 		ret = out_data(&o, ulpdu[i].iov_base, ulpdu[i].iov_len);
@@ -162,8 +170,8 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	if (ret)
 		return ret;
 
-	/* RFC 5044 6: the CRC covers the FPDU from ULPDU_Length to the end
-	 * of PAD, markers included. A marker may still be due just before
+	/* RFC 5044 4.4: the CRC covers the FPDU from ULPDU_Length (or the
+	 * marker just before it) to the end of PAD, markers included. A marker may still be due just before
 	 * the CRC field, so the CRC is computed once the rest is laid out. */
 	ret = out_marker(&o);
 	if (ret)
@@ -245,7 +253,7 @@ static void rx_crc(struct mpa_rx *rx, const uint8_t *p, size_t n)
 static void rx_next_fpdu(struct mpa_rx *rx)
 {
 	rx->state = MPA_RX_LEN;
-	rx->fpdu_start = rx->stream_off;
+	rx->len_pos = rx->stream_off;
 	rx->crc_state = MPA_CRC_INIT;
 	rx->ulpdu_len = 0;
 	rx->ulpdu_done = 0;
@@ -263,6 +271,18 @@ static bool rx_marker_due(const struct mpa_rx *rx)
 {
 	return rx->markers &&
 	       (rx->marker_done || rx->stream_off % MPA_MARKER_SPACING == 0);
+}
+
+/*
+ * The FPDUPTR a marker at stream offset at must carry: 0 for the marker
+ * that leads an FPDU (nothing of it read yet), else the distance back to
+ * this FPDU's ULPDU_Length field.
+ */
+static uint64_t rx_marker_expect(const struct mpa_rx *rx, uint64_t at)
+{
+	if (rx->state == MPA_RX_LEN && rx->part_done == 0)
+		return 0;
+	return at - rx->len_pos;
 }
 
 /* Collect marker octets; validate the marker once whole. */
@@ -293,7 +313,7 @@ static long rx_marker(struct mpa_rx *rx, const uint8_t *in, size_t len)
 	 * for the FPDU". A mismatch is error code 3 of section 8: "received
 	 * MPA Marker ... and ULPDU Length fields do not agree on the start of
 	 * an FPDU". */
-	if (ptr != at - rx->fpdu_start)
+	if (ptr != rx_marker_expect(rx, at))
 		return rx_fail(rx, MPA_ERR_MARKER);
 	return (long)n;
 }
@@ -354,6 +374,8 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 
 		switch (rx->state) {
 		case MPA_RX_LEN:
+			if (rx->part_done == 0)
+				rx->len_pos = rx->stream_off;
 			n = rx_part(rx, p, avail, MPA_LEN_FIELD, limit);
 			rx_crc(rx, p, n);
 			used += n;
@@ -403,8 +425,10 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 			used += n;
 			if (rx->part_done < MPA_CRC_LEN)
 				break;
-			/* RFC 5044 6: a receiver that negotiated CRC MUST
-			 * check it and, on mismatch, close the stream. */
+			/* RFC 5044 4.4: on a mismatch "the receiver MUST
+			 * treat the FPDU as an invalid FPDU"; section 8 error
+			 * 2. Nothing more is delivered on this half
+			 * connection (the decoder stays failed). */
 			if (rx->crc && mpa_crc_get(rx->hold) !=
 					       mpa_crc_final(rx->crc_state))
 				return rx_fail(rx, MPA_ERR_CRC);

@@ -210,11 +210,12 @@ struct rdmap_terminate {
  * (seg_avail octets of it available, seg_len its MPA ULPDU length): copies
  * as much of the faulting DDP and RDMA headers as RFC 5040 section 4.8
  * asks for the fault's layer. seg may be NULL (no header to copy).
- * DDP and RDMAP faults: M + D (seg_len and the 14/18-octet DDP header, by
- * its T bit) when seg_avail covers that header, and R (the 28-octet Read
- * Request header) when the segment is an untagged Read Request and
- * seg_avail covers it too. LLP faults copy nothing: the framing of an
- * FPDU that failed MPA checks cannot be trusted. t->term = fault->term.
+ * DDP and RDMAP faults other than local catastrophic ones: M + D (seg_len
+ * and the 14/18-octet DDP header, by its T bit) when seg_avail covers that
+ * header, and R (the 28-octet Read Request header) for an RDMAP remote
+ * protection error on an untagged Read Request whose header seg_avail
+ * covers (RFC 5040 figure 10). LLP faults and local catastrophic errors
+ * copy nothing. t->term = fault->term.
  */
 void rdmap_term_from_fault(struct rdmap_terminate *t,
 			   const struct rdmap_fault *fault,

@@ -34,11 +34,12 @@ static bool term_ddp_hdr_is_read_req(const uint8_t *ddp, size_t len)
 
 /*
  * Fill t for fault in the segment at seg. Nothing is copied for an LLP
- * fault (an MPA error means the ULPDU framing itself is suspect), when seg
- * is NULL, or when fewer octets are available than the DDP header its T
- * bit announces. Otherwise M and D are set with seg_len and the DDP header,
- * and R too when the segment is an untagged Read Request whose 28-octet
- * header is available. t == NULL or fault == NULL does nothing.
+ * fault (an MPA error means the ULPDU framing itself is suspect), for a
+ * local catastrophic error, when seg is NULL, or when fewer octets are
+ * available than the DDP header its T bit announces. Otherwise M and D are
+ * set with seg_len and the DDP header, and R too for an RDMAP remote
+ * protection error on an untagged Read Request whose 28-octet header is
+ * available (RFC 5040 figure 10). t == NULL or fault == NULL does nothing.
  */
 void rdmap_term_from_fault(struct rdmap_terminate *t,
 			   const struct rdmap_fault *fault,
@@ -61,6 +62,11 @@ void rdmap_term_from_fault(struct rdmap_terminate *t,
 		/* Unknown layer: report the code, quote nothing. */
 		return;
 	}
+	/* RFC 5040 4.8: "The DDP Header is not present if the Terminate
+	 * Error Type is a Local Catastrophic Error" (figure 10: no header
+	 * at all, in either layer). */
+	if (rdmap_term_etype(fault->term) == 0)
+		return;
 	if (!seg || seg_avail < 1)
 		return;
 	hlen = ddp_hdr_len((seg[0] & DDP_CTRL_T) != 0);
@@ -76,8 +82,12 @@ void rdmap_term_from_fault(struct rdmap_terminate *t,
 	for (i = 0; i < hlen; i++)
 		t->ddp_hdr[i] = seg[i];
 
-	/* R: the RDMA header is only defined for a Read Request. */
-	if (!term_ddp_hdr_is_read_req(seg, hlen) ||
+	/* R: RFC 5040 figure 10 includes the RDMA header only for a Remote
+	 * Protection Error, and section 4.8 only "if the terminate is
+	 * associated with an RDMA Read Request Message". */
+	if (fault->layer != RDMAP_LAYER_RDMAP ||
+	    rdmap_term_etype(fault->term) != 1 ||
+	    !term_ddp_hdr_is_read_req(seg, hlen) ||
 	    seg_avail - hlen < RDMAP_READ_REQ_LEN)
 		return;
 	t->has_rdma_hdr = true;

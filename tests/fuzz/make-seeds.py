@@ -30,19 +30,25 @@ def fpdu_stream(ulpdus, crc, markers):
         body = struct.pack(">H", len(u)) + u + bytes(pad)
         fpdu = bytearray()
         pos = start
+        # A marker leading the FPDU carries 0; later ones point back at
+        # the ULPDU_Length field (RFC 5044 4.2, 4.3).
+        if markers and pos % 512 == 0:
+            fpdu.extend(struct.pack(">HH", 0, 0))
+            pos += 4
+        len_pos = pos
 
         def emit(chunk):
             nonlocal pos
             for b in chunk:
                 if markers and pos % 512 == 0:
-                    fpdu.extend(struct.pack(">HH", 0, pos - start))
+                    fpdu.extend(struct.pack(">HH", 0, pos - len_pos))
                     pos += 4
                 fpdu.append(b)
                 pos += 1
 
         emit(body)
         if markers and pos % 512 == 0:
-            fpdu.extend(struct.pack(">HH", 0, pos - start))
+            fpdu.extend(struct.pack(">HH", 0, pos - len_pos))
             pos += 4
         value = crc32c(bytes(fpdu)) if crc else 0
         emit(struct.pack("<I", value))

@@ -543,11 +543,14 @@ Test(ddp, tagged_to_wrap)
 {
 	struct ddp_tagged_buf top = mr;
 
+	/* RFC 5041 7.1: "A 64-bit unsigned sum of the DDP Segment payload
+	 * length and the TO does not wrap": TO + len == 2^64 already wraps,
+	 * so the octet at 2^64 - 1 can never be written. */
 	top.base_to = UINT64_MAX - 0xff;     /* buffer ends at 2^64 - 1 */
-	cr_assert_eq(check_t(UINT64_MAX, 1, &top), DDP_ERR_NONE);
-	cr_assert_eq(check_t(UINT64_MAX - 0xff, 0x100, &top), DDP_ERR_NONE);
-	cr_assert_eq(check_t(UINT64_MAX, 2, &top), DDP_ERR_T_TO_WRAP);
-	cr_assert_eq(check_t(UINT64_MAX - 0xff, 0x101, &top),
+	cr_assert_eq(check_t(UINT64_MAX - 1, 1, &top), DDP_ERR_NONE);
+	cr_assert_eq(check_t(UINT64_MAX - 0xff, 0xff, &top), DDP_ERR_NONE);
+	cr_assert_eq(check_t(UINT64_MAX, 1, &top), DDP_ERR_T_TO_WRAP);
+	cr_assert_eq(check_t(UINT64_MAX - 0xff, 0x100, &top),
 		     DDP_ERR_T_TO_WRAP);
 	cr_assert_eq(check_t(UINT64_MAX, 2, &mr), DDP_ERR_T_TO_WRAP);
 }
@@ -559,8 +562,8 @@ Test(ddp, tagged_whole_address_space_buffer)
 
 	cr_assert_eq(check_t(0, UINT32_MAX, &all), DDP_ERR_NONE);
 	cr_assert_eq(check_t(UINT64_MAX - 9, 9, &all), DDP_ERR_NONE);
-	cr_assert_eq(check_t(UINT64_MAX - 9, 10, &all),
-		     DDP_ERR_T_BASE_BOUNDS);
+	/* Ends at 2^64: the TO + length sum wraps before bounds matter. */
+	cr_assert_eq(check_t(UINT64_MAX - 9, 10, &all), DDP_ERR_T_TO_WRAP);
 }
 
 Test(ddp, tagged_invalid_stag)
@@ -777,10 +780,10 @@ Test(ddp, segmentation_init_rejects)
 	cr_assert_eq(ddp_seg_init(&it, &u, 1ull << 32, 1500), -EINVAL);
 	cr_assert_eq(ddp_seg_init(&it, &t, 1ull << 32, 1500), -EINVAL);
 	cr_assert_eq(ddp_seg_init(&it, &u, UINT32_MAX, 1500), 0);
-	/* A tagged message must not run past TO 2^64 - 1. */
+	/* A tagged message's TO + length may not wrap 64 bits. */
 	t.t.to = UINT64_MAX - 9;
-	cr_assert_eq(ddp_seg_init(&it, &t, 10, 1500), 0);
-	cr_assert_eq(ddp_seg_init(&it, &t, 11, 1500), -EINVAL);
+	cr_assert_eq(ddp_seg_init(&it, &t, 9, 1500), 0);
+	cr_assert_eq(ddp_seg_init(&it, &t, 10, 1500), -EINVAL);
 }
 
 Test(ddp, segment_count)

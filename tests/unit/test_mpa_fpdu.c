@@ -310,17 +310,56 @@ Test(mpa_fpdu, markers_every_512_octets_point_home)
 		cr_assert_eq(at % 4, 0, "FPDUs keep 4-octet alignment");
 	}
 	starts[i] = at;
-	/* Walk every marker: FPDUPTR leads to the FPDU containing it. */
+	/* Walk every marker: 0 if it leads an FPDU, else the distance back
+	 * to the ULPDU_Length field of the FPDU containing it, which sits 4
+	 * octets later when that FPDU itself began with a marker. */
 	for (size_t m = 0; m < at; m += 512) {
 		uint16_t ptr = (uint16_t)(stream[m + 2] << 8 | stream[m + 3]);
-		size_t f = 0;
+		size_t f = 0, len_field;
 
 		cr_assert_eq(stream[m], 0);
 		cr_assert_eq(stream[m + 1], 0);
 		while (starts[f + 1] <= m)
 			f++;
-		cr_assert_eq(ptr, m - starts[f], "marker at %zu", m);
+		len_field = starts[f] + (starts[f] % 512 == 0 ? 4 : 0);
+		cr_assert_eq(ptr, m == starts[f] ? 0 : m - len_field,
+			     "marker at %zu", m);
 	}
+}
+
+Test(mpa_fpdu, marker_after_a_leading_marker_points_at_length_field)
+{
+	/* RFC 5044 4.2: FPDUPTR counts "from the beginning of the ULPDU
+	 * Length field to the first octet of the entire Marker". The first
+	 * FPDU starts with the 0x0000 marker, so its length field is at 4
+	 * and the marker at 512 carries 508 (0x01fc). */
+	uint8_t ulpdu[600], wire[700];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct collected got;
+	int n;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 21);
+	mpa_tx_init(&tx, true, true);
+	n = mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), wire, sizeof(wire));
+	cr_assert_eq(n, 4 + 2 + 600 + 2 + 4 + 4);
+	cr_assert_eq(wire[3], 0x00);
+	cr_assert_eq(wire[512], 0x00);
+	cr_assert_eq(wire[513], 0x00);
+	cr_assert_eq(wire[514], 0x01);
+	cr_assert_eq(wire[515], 0xfc);
+	mpa_rx_init(&rx, true, true, MPA_ULPDU_MAX);
+	cr_assert_eq(decode_stream(&rx, wire, (size_t)n, 1, 0, &got), 0);
+	cr_assert_eq(got.count, 1);
+	cr_assert_arr_eq(got.bufs[0], ulpdu, sizeof(ulpdu));
+	collected_free(&got);
+	/* A receiver that measured from the leading marker (512) must fail. */
+	wire[515] = 0x00;
+	wire[514] = 0x02;
+	mpa_rx_init(&rx, false, true, MPA_ULPDU_MAX);
+	cr_assert_eq(decode_stream(&rx, wire, (size_t)n, 7, 0, &got), -EPROTO);
+	cr_assert_eq(rx.error, MPA_ERR_MARKER);
+	collected_free(&got);
 }
 
 /* ---- round trips and chunking ---------------------------------------------- */

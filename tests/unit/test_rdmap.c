@@ -893,3 +893,41 @@ Test(rdmap, terminate_build_rejects_inconsistent_lengths)
 	t.rdma_hdr_len = 10;
 	cr_assert_eq(rdmap_term_build(&t, buf, sizeof(buf)), -EINVAL);
 }
+
+Test(rdmap, terminate_headers_follow_rfc5040_figure10)
+{
+	/* A Read Request segment: untagged, QN 1, 28-octet header. */
+	struct rdmap_hdr rr = {
+		.opcode = RDMAP_OP_READ_REQ,
+		.ddp = { .last = true, .u = { .msn = 1 } },
+		.rreq = { .sink_stag = 1, .sink_to = 2, .size = 3,
+			  .src_stag = 4, .src_to = 5 },
+	};
+	uint8_t seg[64];
+	struct rdmap_terminate t;
+	struct rdmap_fault f;
+	int n = rdmap_hdr_build(&rr, seg, sizeof(seg));
+
+	cr_assert_eq(n, 18 + 28);
+	/* Remote protection error on a Read Request: DDP and RDMA headers. */
+	f = rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS);
+	rdmap_term_from_fault(&t, &f, seg, (size_t)n, (uint16_t)n);
+	cr_assert(t.has_seg_len && t.has_ddp_hdr && t.has_rdma_hdr);
+	cr_assert_arr_eq(t.rdma_hdr, seg + 18, 28);
+	/* Remote operation error: DDP header only. */
+	f = rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE);
+	rdmap_term_from_fault(&t, &f, seg, (size_t)n, (uint16_t)n);
+	cr_assert(t.has_ddp_hdr && !t.has_rdma_hdr);
+	/* DDP layer error: DDP header only. */
+	f = rdmap_fault_ddp(DDP_ERR_U_MSN_RANGE);
+	rdmap_term_from_fault(&t, &f, seg, (size_t)n, (uint16_t)n);
+	cr_assert(t.has_ddp_hdr && !t.has_rdma_hdr);
+	/* Local catastrophic, either layer: "The DDP Header is not present". */
+	f = rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC);
+	rdmap_term_from_fault(&t, &f, seg, (size_t)n, (uint16_t)n);
+	cr_assert(!t.has_seg_len && !t.has_ddp_hdr && !t.has_rdma_hdr);
+	f = rdmap_fault_ddp(DDP_ERR_LOCAL_CATASTROPHIC);
+	rdmap_term_from_fault(&t, &f, seg, (size_t)n, (uint16_t)n);
+	cr_assert(!t.has_seg_len && !t.has_ddp_hdr && !t.has_rdma_hdr);
+	cr_assert_eq(t.term, 0x1000);
+}
