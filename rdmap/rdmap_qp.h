@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdmap_qp.h - the RDMAP queue pair: RFC 5040 semantics over one MPA
+ * stream, without I/O.
+ *
+ * The QP turns posted work requests into FPDUs and received FPDUs into
+ * placement and completions. It never touches a socket: the engine in
+ * tcp-glue/ asks it where to receive the next octets (rdmap_qp_rx_want),
+ * tells it how many arrived (rdmap_qp_rx_done), asks it what to send
+ * (rdmap_qp_tx_fill) and tells it how much was sent (rdmap_qp_tx_done).
+ * Payload is received straight into registered memory or a posted
+ * receive buffer and sent straight from the caller's buffers: the only
+ * copies are the kernel's.
+ *
+ * Threads: the rings (SQ, RQ) are filled by application threads under
+ * the caller's post lock and drained by the engine thread; everything
+ * else is the engine thread's. Completions leave through ops->complete.
+ */
+#ifndef WISP_RDMAP_QP_H
+#define WISP_RDMAP_QP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "mpa.h"
+#include "rdmap.h"
+#include "rdmap_stag.h"
+
+#define RDMAP_MAX_SGE        6
+#define RDMAP_MAX_INLINE     80
+
+enum rdmap_wr_opcode {
+	RDMAP_WR_WRITE,
+	RDMAP_WR_READ,
+	RDMAP_WR_SEND,
+	RDMAP_WR_SEND_INV,
+	RDMAP_WR__COUNT
+};
+
+#define RDMAP_WR_SIGNALED    0x1
+#define RDMAP_WR_SOLICITED   0x2
+#define RDMAP_WR_INLINE      0x4
+#define RDMAP_WR_FENCE       0x8
+
+struct rdmap_sge {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t lkey;
+};
+
+struct rdmap_send_wr {
+	uint64_t wr_id;
+	uint8_t opcode;           /* enum rdmap_wr_opcode */
+	uint8_t flags;            /* RDMAP_WR_* */
+	uint8_t num_sge;
+	uint32_t inv_stag;        /* SEND_INV */
+	uint32_t rkey;            /* WRITE, READ */
+	uint64_t remote_addr;
+	uint64_t length;          /* sum of the SGE lengths */
+	struct rdmap_sge sge[RDMAP_MAX_SGE];
+	uint8_t inline_data[RDMAP_MAX_INLINE];
+};
+
+struct rdmap_recv_wr {
+	uint64_t wr_id;
+	uint8_t num_sge;
+	uint64_t length;
+	struct rdmap_sge sge[RDMAP_MAX_SGE];
+};
+
+/* Completion status; verbs-provider maps them onto enum ibv_wc_status. */
+enum rdmap_wc_status {
+	RDMAP_WC_SUCCESS,
+	RDMAP_WC_LOC_LEN_ERR,
+	RDMAP_WC_LOC_QP_OP_ERR,
+	RDMAP_WC_LOC_PROT_ERR,
+	RDMAP_WC_WR_FLUSH_ERR,
+	RDMAP_WC_REM_INV_REQ_ERR,
+	RDMAP_WC_REM_ACCESS_ERR,
+	RDMAP_WC_REM_OP_ERR,
+	RDMAP_WC_FATAL_ERR,
+	RDMAP_WC_GENERAL_ERR,
+};
+
+enum rdmap_wc_opcode {
+	RDMAP_WC_SEND,
+	RDMAP_WC_RDMA_WRITE,
+	RDMAP_WC_RDMA_READ,
+	RDMAP_WC_RECV,
+};
+
+struct rdmap_cqe {
+	uint64_t wr_id;
+	uint8_t status;           /* enum rdmap_wc_status */
+	uint8_t opcode;           /* enum rdmap_wc_opcode */
+	bool recv;                /* from the receive side (RQ/SRQ) */
+	bool solicited;           /* a Send with Solicited Event arrived */
+	bool with_inv;            /* Send with Invalidate: inv_stag valid */
+	uint32_t byte_len;
+	uint32_t inv_stag;
+	uint32_t vendor_err;      /* Terminate code, when one explains it */
+};
+
+/* A single-producer / single-consumer ring of fixed-size slots. */
+struct rdmap_ring {
+	void *slots;
+	uint32_t size;            /* power of two */
+	uint32_t slot_size;
+	_Atomic uint32_t head;    /* consumer */
+	_Atomic uint32_t tail;    /* producer */
+};
+
+int rdmap_ring_init(struct rdmap_ring *r, uint32_t min_entries,
+		    uint32_t slot_size);
+void rdmap_ring_fini(struct rdmap_ring *r);
+static inline void *rdmap_ring_slot(const struct rdmap_ring *r, uint32_t i)
+{
+	return (char *)r->slots + (size_t)(i & (r->size - 1)) * r->slot_size;
+}
+
+/* How the QP reports what it did. Called on the engine thread. */
+struct rdmap_qp_ops {
+	/* A completion for the send (recv == false) or receive queue. */
+	void (*complete)(void *arg, const struct rdmap_cqe *cqe);
+	/* SRQ QPs: take the next posted receive, false if none. */
+	bool (*srq_pop)(void *arg, struct rdmap_recv_wr *out);
+	/* The QP entered ERROR (fatal: a Terminate was sent or received or
+	 * the stream broke); term is the Terminate code or 0. */
+	void (*fatal)(void *arg, uint16_t term);
+};
+
+enum rdmap_qp_state {
+	RDMAP_QP_IDLE,            /* no stream yet */
+	RDMAP_QP_RTS,             /* moving data */
+	RDMAP_QP_CLOSING,         /* orderly close: draining what was sent */
+	RDMAP_QP_ERROR,           /* flushed; nothing more moves */
+};
+
+struct rdmap_qp_cfg {
+	const void *pd;
+	struct rdmap_stag_table *stags;
+	const struct rdmap_qp_ops *ops;
+	void *ops_arg;
+	bool use_srq;
+	uint32_t sq_size, rq_size;    /* entries, >= 1 */
+	/* The application's post lock, taken when the QP enters ERROR so
+	 * that flushing and posting never race; may be NULL. */
+	pthread_mutex_t *post_lock;
+};
+
+struct rdmap_stream_cfg {
+	bool crc;
+	uint16_t ird, ord;
+	uint32_t mulpdu;          /* largest ULPDU to send */
+	enum { RDMAP_RTR_NONE, RDMAP_RTR_SEND_WRITE, RDMAP_RTR_SEND_READ,
+	       RDMAP_RTR_EXPECT } rtr;
+};
+
+struct rdmap_qp;              /* opaque: rdmap_qp.c */
+
+/* Returns a QP in IDLE, or NULL (errno set). */
+struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg);
+void rdmap_qp_destroy(struct rdmap_qp *qp);
+
+/* The rings, filled by the application side (under its post lock). */
+struct rdmap_ring *rdmap_qp_sq(struct rdmap_qp *qp);
+struct rdmap_ring *rdmap_qp_rq(struct rdmap_qp *qp);
+
+/* Start moving data over a fresh stream. Returns 0 or -EINVAL. */
+int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s);
+
+enum rdmap_qp_state rdmap_qp_state(const struct rdmap_qp *qp);
+
+/*
+ * Engine side. rx_want fills up to cap (>= RDMAP_MAX_SGE + 1) iovecs
+ * where the next received octets go and returns their number (>= 1).
+ * rx_done reports n > 0 octets received there; it returns 0, or 1 when
+ * the stream should now be closed (the QP failed with nothing left to
+ * send, e.g. the peer's Terminate arrived).
+ * tx_fill returns up to cap (>= 64) iovecs to send now, 0 if nothing;
+ * tx_done reports n octets of them sent and returns 0, or 1 when the
+ * stream should be closed once nothing is in flight.
+ */
+int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap);
+int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n);
+int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap);
+int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n);
+
+/* True if tx_fill may have something: posted WRs, responses, Terminate. */
+bool rdmap_qp_tx_pending(const struct rdmap_qp *qp);
+
+/*
+ * The stream is gone (reason 0: orderly, else an errno) or the
+ * application moved the QP to ERROR: enter ERROR and flush every
+ * outstanding work request. Idempotent.
+ */
+void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason);
+
+/*
+ * Flush what was posted while the QP had no engine (ERROR with no
+ * stream, or never started): every queued WR completes with FLUSH_ERR.
+ * Called by the application side with its post lock held.
+ */
+void rdmap_qp_flush_idle(struct rdmap_qp *qp);
+
+#endif /* WISP_RDMAP_QP_H */
