@@ -315,4 +315,116 @@ long mpa_rx_collect(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		    uint8_t *buf, size_t cap, size_t *ulpdu_len,
 		    bool *complete);
 
+/* ------------------------------------------------------------------ */
+/* Negotiation                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The decisions of the MPA startup phase (RFC 5044 7.1.2, RFC 6581 9),
+ * as pure functions: what the Initiator puts in its Request, what the
+ * Responder answers, what the Initiator makes of the Reply. No I/O.
+ *
+ * Roles: the Initiator sends the Request (rdma_connect side), the
+ * Responder answers it (rdma_accept / rdma_reject side).
+ */
+
+/* Per-connection IRD / ORD limit, as Linux siw (SIW_MAX_IRD_QP/ORD_QP). */
+#define MPA_NEGO_IRD_ORD_LIMIT  128
+
+/* Local preferences for one connection. */
+struct mpa_prefs {
+	uint8_t rev;              /* Initiator: 1 or 2 (0 means 2). The
+				   * Responder answers in the Request's. */
+	bool crc;                 /* set C: ask for CRC32c both ways */
+	bool markers;             /* must be false: markers not implemented */
+	bool p2p;                 /* Initiator, rev 2: ask for peer-to-peer */
+	uint8_t rtr;              /* Initiator: RTRs offered; Responder: RTRs
+				   * it accepts (enum mpa_rtr set; 0 means
+				   * WRITE | READ) */
+	uint8_t rtr_prefer;       /* the preferred one of them (0: READ) */
+	uint16_t ird;             /* wanted local IRD (clamped to the limit) */
+	uint16_t ord;             /* wanted local ORD (clamped to the limit) */
+	const uint8_t *pdata;     /* ULP private data */
+	uint16_t pdata_len;
+};
+
+/* The outcome of a successful exchange, for the local end. */
+struct mpa_params {
+	uint8_t rev;              /* revision in use (the Request's) */
+	bool crc;                 /* CRC32c in every FPDU, both directions */
+	bool enhanced;            /* IRD/ORD were exchanged (RFC 6581) */
+	bool p2p;                 /* peer-to-peer: an RTR comes first */
+	uint8_t rtr;              /* the RTR (one enum mpa_rtr) or 0 */
+	uint16_t ird;             /* local IRD to configure */
+	uint16_t ord;             /* local ORD to configure */
+	uint16_t peer_ird;        /* IRD / ORD as the peer sent them (RFC */
+	uint16_t peer_ord;        /* 6581 9.1: passed to the ULP); 0 if none */
+	const uint8_t *peer_pdata; /* the peer's ULP private data */
+	uint16_t peer_pdata_len;
+};
+
+/*
+ * Initiator: the Request for prefs into *req (type MPA_REQUEST). Rev 2
+ * always carries the RFC 6581 IRD/ORD words; with p2p it offers
+ * prefs->rtr. req->pdata points at prefs->pdata.
+ * Returns 0, -EINVAL for invalid prefs (rev, p2p with rev 1),
+ * -EOPNOTSUPP if markers are asked for, -EMSGSIZE if the private data
+ * does not fit (512 octets, IRD/ORD words included).
+ */
+int mpa_nego_request(const struct mpa_prefs *prefs, struct mpa_rr *req);
+
+/*
+ * Responder, first step: examine a received Request frame buf[0..len).
+ * Returns the frame length (> 0) with *req parsed (req->pdata points into
+ * buf) when the ULP may now accept or reject it;
+ * -EAGAIN if buf holds only part of a frame;
+ * -ECONNREFUSED with *err set when MPA itself refuses a well-formed
+ *   Request (markers asked for, or S set without the IRD/ORD words): send
+ *   *reject (R set, built with local), then close;
+ * -EPROTO with *err set for a malformed frame (key, revision, PD_Length):
+ *   close at once without a Reply (RFC 5044 7.1.2 rule 2);
+ * -EINVAL on NULL arguments.
+ */
+int mpa_nego_check_request(const uint8_t *buf, size_t len,
+			   const struct mpa_prefs *local, struct mpa_rr *req,
+			   struct mpa_rr *reject, enum mpa_error *err);
+
+/*
+ * Responder, accept: the Reply to a Request that passed
+ * mpa_nego_check_request() and the resulting parameters. reply->pdata
+ * points at local->pdata, params->peer_pdata at req->pdata.
+ * Returns 0, -EINVAL for invalid arguments, -EOPNOTSUPP if local asks for
+ * markers, -EMSGSIZE if local private data does not fit.
+ */
+int mpa_nego_accept(const struct mpa_rr *req, const struct mpa_prefs *local,
+		    struct mpa_rr *reply, struct mpa_params *params);
+
+/*
+ * Responder, reject: the Reply with R set, carrying local->pdata (RFC 5044
+ * 7.1.2 rule 2: "return an MPA Reply Frame with the Rejected Connection
+ * bit set"). Returns 0, -EINVAL or -EMSGSIZE as mpa_nego_accept().
+ */
+int mpa_nego_reject(const struct mpa_rr *req, const struct mpa_prefs *local,
+		    struct mpa_rr *reply);
+
+/*
+ * Initiator: process the Reply frame buf[0..len) to the Request req that
+ * was sent with prefs local.
+ * Returns the frame length (> 0) with *params filled when the connection
+ *   may enter full operation;
+ * -ECONNREFUSED when the Responder rejected it: params->peer_pdata,
+ *   peer_ird, peer_ord hold what the Reply carried;
+ * -EPROTO with *err set when it must be closed: a malformed Reply
+ *   (MPA_ERR_BAD_KEY, _BAD_REV also for a revision other than the
+ *   Request's, _PD_LEN, _ENHANCED also for missing IRD/ORD words after an
+ *   enhanced Request), markers demanded (MPA_ERR_LOCAL_CATASTROPHIC), an
+ *   IRD above the limit demanded (MPA_ERR_INSUFFICIENT_IRD) or no RTR in
+ *   common (MPA_ERR_NO_MATCHING_RTR); the last two call for a Terminate
+ *   (RFC 6581 9.1, 9.2);
+ * -EAGAIN if buf holds only part of a frame; -EINVAL on NULL arguments.
+ */
+int mpa_nego_reply(const struct mpa_rr *req, const struct mpa_prefs *local,
+		   const uint8_t *buf, size_t len, struct mpa_params *params,
+		   enum mpa_error *err);
+
 #endif /* WISP_MPA_H */

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * glue.h - the progress engine: one thread that moves octets between TCP
+ * sockets and the protocol above, with io_uring or, where io_uring is
+ * refused, epoll.
+ *
+ * The engine knows nothing of MPA, DDP or RDMAP. For each connection it
+ * asks its owner where to receive (rx_want) and what to send (tx_fill),
+ * and reports what the kernel did (rx_done, tx_done). All four callbacks,
+ * and ended, run on the engine thread.
+ *
+ * Configuration: WISP_ENGINE=uring|epoll forces a backend; unset, io_uring
+ * is used when the kernel allows it and epoll otherwise.
+ */
+#ifndef WISP_GLUE_H
+#define WISP_GLUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+struct glue_engine;
+struct glue_conn;
+
+/* Largest iovec counts the engine passes to the callbacks. */
+#define GLUE_RX_IOV   8
+#define GLUE_TX_IOV   1024
+
+struct glue_conn_ops {
+	/* Where the next octets go: fill iov[0..cap), return the count (>= 1). */
+	int (*rx_want)(void *arg, struct iovec *iov, int cap);
+	/* n > 0 octets arrived there. Return 0, or 1 to close the stream
+	 * gracefully. */
+	int (*rx_done)(void *arg, size_t n);
+	/* What to send now: fill iov[0..cap), return the count, 0 for none. */
+	int (*tx_fill)(void *arg, struct iovec *iov, int cap);
+	/* n octets of it were sent. Return 0, or 1 to close gracefully once
+	 * they are. */
+	int (*tx_done)(void *arg, size_t n);
+	/* The stream is over and its socket closed: reason 0 for an orderly
+	 * end (either side closed), else a positive errno. Last call. */
+	void (*ended)(void *arg, int reason);
+};
+
+enum glue_kind {
+	GLUE_AUTO,
+	GLUE_URING,
+	GLUE_EPOLL,
+};
+
+/*
+ * Start an engine thread. kind GLUE_AUTO honours WISP_ENGINE. Returns
+ * NULL with errno set: EINVAL for a bad WISP_ENGINE (a message names the
+ * accepted values), or what io_uring / epoll setup reported.
+ */
+struct glue_engine *glue_engine_create(enum glue_kind kind);
+
+/* Stop the thread and free the engine. Every connection must be gone. */
+void glue_engine_destroy(struct glue_engine *e);
+
+/* "io_uring" or "epoll". */
+const char *glue_engine_name(const struct glue_engine *e);
+
+/* Run fn(arg) on the engine thread and wait for it (directly if called
+ * from the engine thread). */
+void glue_engine_call(struct glue_engine *e, void (*fn)(void *), void *arg);
+
+/* True on the engine thread of e. */
+bool glue_on_engine(const struct glue_engine *e);
+
+/* Adopt the connected socket fd (made non-blocking, TCP_NODELAY set).
+ * Returns NULL with errno set; fd is closed either way on failure. */
+struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
+				const struct glue_conn_ops *ops, void *arg);
+
+/* From any thread: the owner has something to send; the engine will call
+ * tx_fill soon. Cheap when the engine is awake (no system call). */
+void glue_conn_kick(struct glue_conn *c);
+
+/*
+ * From any thread: send what tx_fill has right now on the calling thread
+ * (non-blocking), if the engine is not sending on c; whatever cannot go
+ * at once is left to the engine. Saves the engine wake-up on an idle
+ * connection, which is most of a small message's latency. Returns true
+ * if octets were sent. The owner's tx_fill / tx_done must tolerate being
+ * called from this thread (they are serialised with the engine's).
+ */
+bool glue_conn_send_now(struct glue_conn *c);
+
+/*
+ * Engine thread only. Close gracefully (half-close once everything queued
+ * is sent, then read until the peer closes or a short deadline passes) or
+ * abortively. ended() follows on the engine thread.
+ */
+void glue_conn_close(struct glue_conn *c, int reason, bool graceful);
+
+/*
+ * Free c once its ended() has run. Until then, and until this call,
+ * glue_conn_kick() on c stays safe from any thread; owners that may kick
+ * concurrently with ended() rely on that.
+ */
+void glue_conn_free(struct glue_conn *c);
+
+#endif /* WISP_GLUE_H */

@@ -1,0 +1,513 @@
+// SPDX-License-Identifier: MIT
+/*
+ * glue_engine.c - the engine thread: commands, kicks, the pump that keeps
+ * one receive and one send in flight per connection, and closing.
+ */
+#include "glue_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Thread_local const struct glue_engine *tls_engine;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool glue_on_engine(const struct glue_engine *e)
+{
+	return tls_engine == e;
+}
+
+const char *glue_engine_name(const struct glue_engine *e)
+{
+	return e->be->name;
+}
+
+static void wake(struct glue_engine *e)
+{
+	uint64_t one = 1;
+
+	atomic_store(&e->pending, true);
+	if (atomic_load(&e->sleeping) &&
+	    write(e->wake_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is saturated, the engine wakes anyway */
+	}
+}
+
+void glue_wake_drain(struct glue_engine *e)
+{
+	uint64_t v;
+
+	while (read(e->wake_fd, &v, sizeof(v)) > 0)
+		;
+}
+
+void glue_conn_kick(struct glue_conn *c)
+{
+	if (atomic_exchange(&c->kicked, true))
+		return;           /* already kicked, the engine will look */
+	wake(c->e);
+}
+
+/* ------------------------------------------------------------------ */
+/* Commands                                                           */
+/* ------------------------------------------------------------------ */
+
+void glue_engine_call(struct glue_engine *e, void (*fn)(void *), void *arg)
+{
+	struct glue_cmd cmd = { .fn = fn, .arg = arg };
+
+	if (glue_on_engine(e)) {
+		fn(arg);
+		return;
+	}
+	/* cmd lives on this stack until the engine marks it done below. */
+	pthread_mutex_lock(&e->cmd_lock);
+	if (e->cmd_tail)
+		e->cmd_tail->next = &cmd;
+	else
+		e->cmd_head = &cmd; // cppcheck-suppress autoVariables
+	e->cmd_tail = &cmd; // cppcheck-suppress autoVariables
+	wake(e);
+	while (!cmd.done)
+		pthread_cond_wait(&e->cmd_cond, &e->cmd_lock);
+	pthread_mutex_unlock(&e->cmd_lock);
+}
+
+static void run_commands(struct glue_engine *e)
+{
+	struct glue_cmd *cmd;
+
+	pthread_mutex_lock(&e->cmd_lock);
+	while ((cmd = e->cmd_head)) {
+		e->cmd_head = cmd->next;
+		if (!e->cmd_head)
+			e->cmd_tail = NULL;
+		pthread_mutex_unlock(&e->cmd_lock);
+		cmd->fn(cmd->arg);
+		pthread_mutex_lock(&e->cmd_lock);
+		cmd->done = true;
+	}
+	pthread_cond_broadcast(&e->cmd_cond);
+	pthread_mutex_unlock(&e->cmd_lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Closing                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Shut the socket down so that operations in flight complete. */
+static void conn_abort(struct glue_conn *c, int reason)
+{
+	if (c->aborting)
+		return;
+	c->aborting = true;
+	if (!c->reason)
+		c->reason = reason;
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+/* Once nothing is in flight: unlink, close, and tell the owner last: it
+ * may free c as soon as ended() has run. */
+static void conn_finish(struct glue_engine *e, struct glue_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		e->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+	e->be->conn_del(e, c);
+	close(c->fd);
+	pthread_mutex_lock(&c->tx_lock);
+	c->fd = -1;
+	c->gone = true;
+	pthread_mutex_unlock(&c->tx_lock);
+	c->ops->ended(c->arg, c->reason);
+}
+
+void glue_conn_close(struct glue_conn *c, int reason, bool graceful)
+{
+	if (c->gone || c->aborting)
+		return;
+	if (!c->reason)
+		c->reason = reason;
+	if (!graceful) {
+		conn_abort(c, reason);
+		return;
+	}
+	if (!c->closing) {
+		c->closing = true;
+		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
+	}
+}
+
+void glue_conn_free(struct glue_conn *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_destroy(&c->tx_lock);
+	free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Results and the pump                                               */
+/* ------------------------------------------------------------------ */
+
+void glue_rx_result(struct glue_conn *c, long res)
+{
+	c->rx_busy = false;
+	if (c->aborting || c->gone)
+		return;
+	if (res == 0) {
+		/* The peer closed its side: nothing more will arrive. */
+		c->rx_eof = true;
+		conn_abort(c, 0);
+		return;
+	}
+	if (res < 0) {
+		if (res == -EAGAIN || res == -EINTR)
+			return;
+		conn_abort(c, (int)-res);
+		return;
+	}
+	/* What arrived may call for sending (Read Responses, freed ORD
+	 * credit, a Terminate): look at the transmit side again. */
+	atomic_store(&c->tx_more, true);
+	if (c->ops->rx_done(c->arg, (size_t)res) && !c->closing) {
+		c->closing = true;
+		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
+	}
+}
+
+void glue_tx_result(struct glue_conn *c, long res)
+{
+	int close;
+
+	pthread_mutex_lock(&c->tx_lock);
+	c->tx_busy = false;
+	if (c->aborting || c->gone)
+		goto out;
+	if (res < 0) {
+		if (res == -EAGAIN || res == -EINTR)
+			atomic_store(&c->tx_more, true);
+		else
+			conn_abort(c, (int)-res);
+		goto out;
+	}
+	atomic_store(&c->tx_more, true);
+	close = c->ops->tx_done(c->arg, (size_t)res);
+	if (close && !c->closing) {
+		c->closing = true;
+		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
+	}
+out:
+	pthread_mutex_unlock(&c->tx_lock);
+}
+
+bool glue_conn_send_now(struct glue_conn *c)
+{
+	ssize_t n;
+	int niov, close = 0;
+	bool sent = false, more = false;
+
+	/* Busy: the engine is at it and will see the kick. */
+	if (pthread_mutex_trylock(&c->tx_lock))
+		return false;
+	if (c->tx_busy || c->gone || c->aborting || c->closing)
+		goto out;
+	niov = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
+	if (niov <= 0)
+		goto out;
+	c->tx_msg.msg_iov = c->tx_iov;
+	c->tx_msg.msg_iovlen = (size_t)niov;
+	n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n > 0) {
+		close = c->ops->tx_done(c->arg, (size_t)n);
+		sent = true;
+	}
+	/* Anything left (partial send, EAGAIN, an error to report, a close
+	 * to start) is the engine's: it looks again after the kick. */
+	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
+out:
+	pthread_mutex_unlock(&c->tx_lock);
+	if (more) {
+		atomic_store(&c->tx_more, true);
+		wake(c->e);
+	}
+	return sent;
+}
+
+static void pump_rx(struct glue_engine *e, struct glue_conn *c)
+{
+	/* epoll completes synchronously: bound the loop for fairness. */
+	for (int i = 0; i < 16 && !c->rx_busy && !c->aborting && !c->gone;
+	     i++) {
+		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
+
+		c->rx_msg.msg_iov = c->rx_iov;
+		c->rx_msg.msg_iovlen = (size_t)n;
+		c->rx_busy = true;
+		e->be->start_rx(e, c);
+	}
+}
+
+static void pump_tx(struct glue_engine *e, struct glue_conn *c)
+{
+	pthread_mutex_lock(&c->tx_lock);
+	for (int i = 0; i < 16 && !c->tx_busy && !c->aborting && !c->gone;
+	     i++) {
+		int n;
+
+		if (!atomic_exchange(&c->tx_more, false) &&
+		    !atomic_exchange(&c->kicked, false))
+			break;
+		atomic_store(&c->kicked, false);
+		n = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
+		if (n <= 0)
+			break;
+		c->tx_msg.msg_iov = c->tx_iov;
+		c->tx_msg.msg_iovlen = (size_t)n;
+		c->tx_busy = true;
+		e->be->start_tx(e, c);
+	}
+	/* A graceful close half-closes once everything queued is out. */
+	if (c->closing && !c->shut_wr && !c->tx_busy && !c->aborting &&
+	    !c->gone) {
+		c->shut_wr = true;
+		shutdown(c->fd, SHUT_WR);
+	}
+	pthread_mutex_unlock(&c->tx_lock);
+}
+
+/* One pass over every connection. Returns the wait timeout to use. */
+static int pump_all(struct glue_engine *e)
+{
+	struct glue_conn *c, *next;
+	int64_t now = 0, soonest = -1;
+
+	for (c = e->conns; c; c = next) {
+		next = c->next;
+		if (!c->gone) {
+			pump_tx(e, c);
+			pump_rx(e, c);
+			pump_tx(e, c);
+			/* The pump stops after a bounded number of operations
+			 * that completed at once (epoll): come back before
+			 * sleeping, as edge-triggered readiness will not. */
+			if (!c->aborting &&
+			    (!c->rx_busy ||
+			     (atomic_load(&c->tx_more) && !c->tx_busy)))
+				atomic_store(&e->pending, true);
+		}
+		if (c->closing && !c->aborting && !c->gone) {
+			if (!now)
+				now = now_ms();
+			if (now >= c->deadline_ms)
+				conn_abort(c, 0);
+			else if (soonest < 0 || c->deadline_ms < soonest)
+				soonest = c->deadline_ms;
+		}
+		if (c->aborting && !c->gone && !c->rx_busy && !c->tx_busy)
+			conn_finish(e, c);   /* c may be freed from here on */
+	}
+	if (soonest < 0)
+		return -1;
+	return (int)(soonest - now > 0 ? soonest - now : 1);
+}
+
+static void *engine_main(void *arg)
+{
+	struct glue_engine *e = arg;
+
+	tls_engine = e;
+	while (!atomic_load(&e->stop) || e->conns) {
+		int timeout;
+
+		run_commands(e);
+		timeout = pump_all(e);
+		atomic_store(&e->sleeping, true);
+		if (atomic_exchange(&e->pending, false)) {
+			atomic_store(&e->sleeping, false);
+			continue;
+		}
+		if (atomic_load(&e->stop) && !e->conns)
+			break;
+		e->be->wait(e, timeout);
+		atomic_store(&e->sleeping, false);
+	}
+	run_commands(e);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Engines and connections                                            */
+/* ------------------------------------------------------------------ */
+
+static int pick_kind(enum glue_kind *kind)
+{
+	const char *env = getenv("WISP_ENGINE");
+
+	if (*kind != GLUE_AUTO || !env || !*env || !strcmp(env, "auto"))
+		return 0;
+	if (!strcmp(env, "uring") || !strcmp(env, "io_uring")) {
+		*kind = GLUE_URING;
+		return 0;
+	}
+	if (!strcmp(env, "epoll")) {
+		*kind = GLUE_EPOLL;
+		return 0;
+	}
+	fprintf(stderr, "wisp: WISP_ENGINE=%s: expected uring, epoll or auto\n",
+		env);
+	return -EINVAL;
+}
+
+struct glue_engine *glue_engine_create(enum glue_kind kind)
+{
+	struct glue_engine *e;
+	int ret;
+
+	ret = pick_kind(&kind);
+	if (ret)
+		goto err;
+	ret = -ENOMEM;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		goto err;
+	e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (e->wake_fd < 0) {
+		ret = -errno;
+		goto err_free;
+	}
+	pthread_mutex_init(&e->cmd_lock, NULL);
+	pthread_cond_init(&e->cmd_cond, NULL);
+	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
+	ret = e->be->init(e);
+	if (ret && kind == GLUE_AUTO) {
+		/* io_uring refused (seccomp, io_uring_disabled, old kernel):
+		 * epoll does the same job with more system calls. */
+		e->be = &glue_epoll_backend;
+		ret = e->be->init(e);
+	}
+	if (ret)
+		goto err_fd;
+	ret = -pthread_create(&e->thread, NULL, engine_main, e);
+	if (ret)
+		goto err_be;
+	pthread_setname_np(e->thread, "wisp-engine");
+	return e;
+
+err_be:
+	e->be->fini(e);
+err_fd:
+	close(e->wake_fd);
+	pthread_cond_destroy(&e->cmd_cond);
+	pthread_mutex_destroy(&e->cmd_lock);
+err_free:
+	free(e);
+err:
+	errno = -ret;
+	return NULL;
+}
+
+void glue_engine_destroy(struct glue_engine *e)
+{
+	if (!e)
+		return;
+	atomic_store(&e->stop, true);
+	wake(e);
+	{
+		uint64_t one = 1;
+
+		if (write(e->wake_fd, &one, sizeof(one)) < 0) {
+			/* saturated: it wakes anyway */
+		}
+	}
+	pthread_join(e->thread, NULL);
+	e->be->fini(e);
+	close(e->wake_fd);
+	pthread_cond_destroy(&e->cmd_cond);
+	pthread_mutex_destroy(&e->cmd_lock);
+	free(e);
+}
+
+struct add_args {
+	struct glue_engine *e;
+	struct glue_conn *c;
+	int ret;
+};
+
+static void add_cmd(void *arg)
+{
+	struct add_args *a = arg;
+
+	a->ret = a->e->be->conn_add(a->e, a->c);
+	if (a->ret)
+		return;
+	a->c->next = a->e->conns;
+	if (a->e->conns)
+		a->e->conns->prev = a->c;
+	a->e->conns = a->c;
+	atomic_store(&a->c->tx_more, true);
+}
+
+struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
+				const struct glue_conn_ops *ops, void *arg)
+{
+	struct add_args a = { .e = e };
+	struct glue_conn *c;
+	int one = 1, fl;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		errno = ENOMEM;
+		return NULL;
+	}
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		a.ret = -errno;
+		goto err;
+	}
+	/* FPDUs are whole messages: never hold one back for coalescing. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->e = e;
+	c->fd = fd;
+	c->ops = ops;
+	c->arg = arg;
+	atomic_init(&c->kicked, false);
+	atomic_init(&c->tx_more, false);
+	{
+		pthread_mutexattr_t ma;
+
+		pthread_mutexattr_init(&ma);
+		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+		pthread_mutex_init(&c->tx_lock, &ma);
+		pthread_mutexattr_destroy(&ma);
+	}
+	a.c = c;
+	glue_engine_call(e, add_cmd, &a);
+	if (a.ret)
+		goto err;
+	return c;
+err:
+	close(fd);
+	free(c);
+	errno = -a.ret;
+	return NULL;
+}

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * glue_mpa.c - TCP connect and MPA Request/Reply frame I/O with deadlines
+ * (RFC 5044 7.1.2 rule 10: "MPA implementations SHOULD implement a
+ * reasonable timeout while waiting for the entire set of startup frames").
+ *
+ * Everything goes through poll() and MSG_DONTWAIT, so the caller's socket
+ * may be blocking or not and a stalled peer never holds a thread longer
+ * than its deadline.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "glue_mpa.h"
+
+int64_t glue_mpa_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t deadline_of(int timeout_ms)
+{
+	return timeout_ms < 0 ? -1 : glue_mpa_now_ms() + timeout_ms;
+}
+
+/* Wait until fd is ready for events or the deadline (-1: none) passes.
+ * Errors and hang-ups count as ready: the next socket call reports them. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd pfd = { .fd = fd, .events = events };
+
+	for (;;) {
+		int timeout = -1, n;
+
+		if (deadline >= 0) {
+			int64_t left = deadline - glue_mpa_now_ms();
+
+			if (left <= 0)
+				return -ETIMEDOUT;
+			timeout = left > 60000 ? 60000 : (int)left;
+		}
+		n = poll(&pfd, 1, timeout);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* The errors of a broken connection read the same to the caller. */
+static int stream_errno(int e)
+{
+	switch (e) {
+	case EPIPE:
+	case ECONNRESET:
+	case ECONNABORTED:
+	case ESHUTDOWN:
+		return -ECONNRESET;
+	default:
+		return -e;
+	}
+}
+
+int glue_mpa_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
+		     int timeout_ms)
+{
+	int64_t deadline = deadline_of(timeout_ms);
+	int flags, ret, soerr = 0;
+	socklen_t len = sizeof(soerr);
+
+	if (fd < 0 || !addr)
+		return -EINVAL;
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0)
+		return -errno;
+	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK))
+		return -errno;
+
+	ret = connect(fd, addr, addrlen);
+	if (ret == 0)
+		goto out;
+	if (errno != EINPROGRESS && errno != EINTR) {
+		ret = -errno;
+		goto out;
+	}
+	ret = wait_fd(fd, POLLOUT, deadline);
+	if (ret)
+		goto out;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len)) {
+		ret = -errno;
+		goto out;
+	}
+	ret = -soerr;
+out:
+	if (!(flags & O_NONBLOCK))
+		fcntl(fd, F_SETFL, flags);
+	return ret;
+}
+
+int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms)
+{
+	int64_t deadline = deadline_of(timeout_ms);
+	const uint8_t *p = buf;
+	size_t done = 0;
+
+	if (fd < 0 || (!buf && len))
+		return -EINVAL;
+	while (done < len) {
+		ssize_t n = send(fd, p + done, len - done,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		int ret;
+
+		if (n >= 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return stream_errno(errno);
+		ret = wait_fd(fd, POLLOUT, deadline);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Receive up to want octets into p; 0 when they are all here. */
+static int read_exact(int fd, uint8_t *p, size_t want, size_t *got,
+		      int64_t deadline)
+{
+	while (*got < want) {
+		ssize_t n = recv(fd, p + *got, want - *got, MSG_DONTWAIT);
+		int ret;
+
+		if (n > 0) {
+			*got += (size_t)n;
+			return 0;
+		}
+		/* RFC 5044 8, code 1: "TCP connection closed, terminated,
+		 * or lost" - a frame cut short by FIN is no frame. */
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return stream_errno(errno);
+		ret = wait_fd(fd, POLLIN, deadline);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
+		  size_t cap, int timeout_ms, enum mpa_error *err)
+{
+	int64_t deadline = deadline_of(timeout_ms);
+	enum mpa_error dummy;
+	size_t got = 0, total = MPA_RR_HDR_LEN;
+	bool have_hdr = false;
+
+	if (!err)
+		err = &dummy;
+	*err = MPA_ERR_NONE;
+	if (fd < 0 || !buf || (type != MPA_REQUEST && type != MPA_REPLY))
+		return -EINVAL;
+	if (cap < MPA_RR_HDR_LEN)
+		return -ENOBUFS;
+
+	while (got < total) {
+		struct mpa_rr rr;
+		int ret;
+
+		/* Never ask for more than this frame: the octets after it
+		 * are FPDUs for the engine. */
+		ret = read_exact(fd, buf, total, &got, deadline);
+		if (ret)
+			return ret;
+		if (have_hdr)
+			continue;
+
+		/* The key is checked octet by octet as it arrives, so a peer
+		 * speaking something else is refused at once (RFC 5044
+		 * 7.1.2 rule 5); then revision and PD_Length. The contents
+		 * of the private data are the negotiation's business: an S
+		 * flag without IRD/ORD words is not an error here. */
+		ret = mpa_rr_parse(buf, got < MPA_RR_HDR_LEN ? got :
+				   MPA_RR_HDR_LEN, type, &rr, err);
+		if (ret == -EPROTO && *err != MPA_ERR_ENHANCED)
+			return ret;
+		*err = MPA_ERR_NONE;
+		if (got < MPA_RR_HDR_LEN)
+			continue;
+		have_hdr = true;
+		total = MPA_RR_HDR_LEN + (size_t)(buf[18] << 8 | buf[19]);
+		if (total > cap)
+			return -ENOBUFS;
+	}
+	return (int)total;
+}

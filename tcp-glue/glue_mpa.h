@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * glue_mpa.h - blocking socket I/O of the MPA startup phase (RFC 5044
+ * section 7.1): the TCP connect of the Initiator and the exchange of one
+ * MPA Request or Reply frame, each bounded by a timeout.
+ *
+ * The connection manager uses these before it hands the socket to a QP
+ * (wisp_qp_attach_stream), so they never read past the end of a frame:
+ * what follows it is the first FPDU and belongs to the engine.
+ *
+ * Every function returns 0 (or a length) or a negative errno:
+ *   -ETIMEDOUT    the deadline passed;
+ *   -ECONNRESET   the peer closed or reset the connection (a frame cut
+ *                 short by the peer's close is reported this way);
+ *   -EPROTO       not an MPA frame of the expected type (bad key,
+ *                 revision or PD_Length; *err names it);
+ *   other         what the socket call reported.
+ * A timeout_ms below 0 waits forever. The socket may be blocking or not;
+ * its file status flags are left as they were.
+ */
+#ifndef WISP_GLUE_MPA_H
+#define WISP_GLUE_MPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "mpa.h"
+
+/* Room for any Request or Reply frame. */
+#define GLUE_MPA_FRAME_MAX  (MPA_RR_HDR_LEN + MPA_PD_MAX)
+
+/* Milliseconds of CLOCK_MONOTONIC, for deadlines. */
+int64_t glue_mpa_now_ms(void);
+
+/*
+ * Connect the TCP socket fd (fresh, possibly bound) to addr within
+ * timeout_ms. Returns 0, -ETIMEDOUT, -ECONNREFUSED (nobody listens),
+ * -ENETUNREACH / -EHOSTUNREACH, or another connect(2) error.
+ */
+int glue_mpa_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
+		     int timeout_ms);
+
+/* Write all len octets of buf (one frame) within timeout_ms. Returns 0,
+ * -ETIMEDOUT or -ECONNRESET (also for EPIPE). */
+int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms);
+
+/*
+ * Read exactly one frame of the given type into buf[0..cap): the 20-octet
+ * header, then PD_Length octets (at most MPA_PD_MAX). The header is
+ * checked as it arrives (key, revision, PD_Length, RFC 5044 7.1.1); the
+ * private data is not interpreted. Returns the frame length, -ETIMEDOUT,
+ * -ECONNRESET, -EPROTO with *err set, -ENOBUFS if cap cannot hold the
+ * frame, -EINVAL for bad arguments. err may be NULL.
+ */
+int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
+		  size_t cap, int timeout_ms, enum mpa_error *err);
+
+#endif /* WISP_GLUE_MPA_H */

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+/*
+ * glue_uring.c - the io_uring backend: one recvmsg and one sendmsg in
+ * flight per connection, and a read on the wake eventfd, all reaped from
+ * a single completion queue.
+ */
+#include "glue_internal.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <stdlib.h>
+
+#define RING_ENTRIES 256
+
+/* user_data: the connection pointer with the operation in its low bits
+ * (connections are at least 8-byte aligned); 0 is the wake read. */
+enum { OP_WAKE = 0, OP_RX = 1, OP_TX = 2, OP_CANCEL = 3, OP_MASK = 3 };
+
+struct uring_priv {
+	struct io_uring ring;
+	uint64_t wake_buf;
+	bool wake_armed;
+};
+
+static struct io_uring_sqe *get_sqe(struct uring_priv *p)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&p->ring);
+
+	if (!sqe) {
+		/* Full: hand what is queued to the kernel and retry. */
+		io_uring_submit(&p->ring);
+		sqe = io_uring_get_sqe(&p->ring);
+	}
+	return sqe;
+}
+
+static void arm_wake(struct glue_engine *e, struct uring_priv *p)
+{
+	struct io_uring_sqe *sqe;
+
+	if (p->wake_armed)
+		return;
+	sqe = get_sqe(p);
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, e->wake_fd, &p->wake_buf, sizeof(p->wake_buf),
+			   0);
+	io_uring_sqe_set_data64(sqe, OP_WAKE);
+	p->wake_armed = true;
+}
+
+static int uring_init(struct glue_engine *e)
+{
+	struct uring_priv *p = calloc(1, sizeof(*p));
+	int ret;
+
+	if (!p)
+		return -ENOMEM;
+	ret = io_uring_queue_init(RING_ENTRIES, &p->ring, 0);
+	if (ret) {
+		free(p);
+		return ret;
+	}
+	e->be_priv = p;
+	return 0;
+}
+
+static void uring_fini(struct glue_engine *e)
+{
+	struct uring_priv *p = e->be_priv;
+
+	io_uring_queue_exit(&p->ring);
+	free(p);
+	e->be_priv = NULL;
+}
+
+static int uring_conn_add(struct glue_engine *e, struct glue_conn *c)
+{
+	(void)e;
+	(void)c;
+	return 0;
+}
+
+static void uring_conn_del(struct glue_engine *e, struct glue_conn *c)
+{
+	(void)e;
+	(void)c;
+}
+
+static void uring_start_rx(struct glue_engine *e, struct glue_conn *c)
+{
+	struct uring_priv *p = e->be_priv;
+	struct io_uring_sqe *sqe = get_sqe(p);
+
+	if (!sqe) {
+		glue_rx_result(c, -EAGAIN);
+		return;
+	}
+	io_uring_prep_recvmsg(sqe, c->fd, &c->rx_msg, 0);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_RX);
+}
+
+static void uring_start_tx(struct glue_engine *e, struct glue_conn *c)
+{
+	struct uring_priv *p = e->be_priv;
+	struct io_uring_sqe *sqe = get_sqe(p);
+
+	if (!sqe) {
+		glue_tx_result(c, -EAGAIN);
+		return;
+	}
+	/* MSG_NOSIGNAL: a peer that vanished is an EPIPE result, not a
+	 * SIGPIPE that kills the application. */
+	io_uring_prep_sendmsg(sqe, c->fd, &c->tx_msg, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TX);
+}
+
+static void dispatch(struct glue_engine *e, struct uring_priv *p,
+		     struct io_uring_cqe *cqe)
+{
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	struct glue_conn *c = (struct glue_conn *)(uintptr_t)(ud & ~(uint64_t)OP_MASK);
+
+	switch (ud & OP_MASK) {
+	case OP_WAKE:
+		p->wake_armed = false;
+		break;
+	case OP_RX:
+		glue_rx_result(c, cqe->res);
+		break;
+	case OP_TX:
+		glue_tx_result(c, cqe->res);
+		break;
+	default:
+		break;
+	}
+	(void)e;
+}
+
+static void uring_wait(struct glue_engine *e, int timeout_ms)
+{
+	struct uring_priv *p = e->be_priv;
+	struct io_uring_cqe *cqe;
+	struct __kernel_timespec ts;
+	unsigned int head, n = 0;
+	int ret;
+
+	arm_wake(e, p);
+	if (timeout_ms >= 0) {
+		ts.tv_sec = timeout_ms / 1000;
+		ts.tv_nsec = (long long)(timeout_ms % 1000) * 1000000;
+	}
+	ret = io_uring_submit_and_wait_timeout(&p->ring, &cqe, 1,
+					       timeout_ms >= 0 ? &ts : NULL,
+					       NULL);
+	if (ret < 0 && ret != -ETIME && ret != -EINTR)
+		return;
+	io_uring_for_each_cqe(&p->ring, head, cqe) {
+		dispatch(e, p, cqe);
+		n++;
+	}
+	io_uring_cq_advance(&p->ring, n);
+}
+
+const struct glue_backend glue_uring_backend = {
+	.name = "io_uring",
+	.init = uring_init,
+	.fini = uring_fini,
+	.conn_add = uring_conn_add,
+	.conn_del = uring_conn_del,
+	.start_rx = uring_start_rx,
+	.start_tx = uring_start_tx,
+	.wait = uring_wait,
+};

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wisp_private.h - wisp's private interface between its libibverbs.so.1,
+ * its librdmacm.so.1, the tests and the benchmark.
+ *
+ * These functions are exported from wisp's libibverbs.so.1 under the
+ * version node WISP_PRIVATE_1. They are not part of any rdma-core API and
+ * may change with any release.
+ *
+ * The connection manager (librdmacm, or a test that connects two QPs
+ * itself) owns the TCP connection until the MPA exchange is complete. It
+ * then hands the connected socket to the QP with wisp_qp_attach_stream();
+ * from then on the QP's engine thread owns the socket and closes it.
+ */
+#ifndef WISP_PRIVATE_H
+#define WISP_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What to do about the RFC 6581 peer-to-peer ready-to-receive message. */
+enum wisp_rtr {
+	WISP_RTR_NONE = 0,    /* no RTR: the QP may send at once */
+	WISP_RTR_SEND_WRITE,  /* initiator: send a zero-length WRITE first */
+	WISP_RTR_SEND_READ,   /* initiator: send a zero-length READ first */
+	WISP_RTR_EXPECT,      /* responder: send nothing until the peer's
+			       * first FPDU (its RTR) has arrived */
+};
+
+/* The outcome of an MPA exchange, as the QP's data path needs it. */
+struct wisp_stream_params {
+	uint8_t mpa_rev;      /* 1 or 2 */
+	bool crc;             /* CRC32c in every FPDU, both directions */
+	bool markers;         /* must be false: markers are not implemented */
+	uint16_t ird;         /* Read Requests we accept in flight */
+	uint16_t ord;         /* Read Requests we may have in flight */
+	enum wisp_rtr rtr;
+};
+
+/*
+ * Hand a connected TCP socket to qp, which must be in INIT, RTR or RTS;
+ * the QP moves to RTS and its engine starts moving FPDUs. The socket
+ * belongs to the QP from now on, whatever the result: on failure it has
+ * been closed. Returns 0 or a positive errno (EINVAL bad parameters or QP
+ * state, EOPNOTSUPP markers, ENOMEM, EBUSY if a stream is attached).
+ */
+int wisp_qp_attach_stream(struct ibv_qp *qp, int fd,
+			  const struct wisp_stream_params *params);
+
+/*
+ * Called on the engine thread, once, when the stream of an attached QP
+ * ends for whatever reason: the peer closed it, it broke, a Terminate was
+ * sent or received, or wisp_qp_disconnect() was called. reason is 0 for an
+ * orderly close, else a positive errno (ECONNRESET, EPROTO, ...). The
+ * callback must not call back into the QP; it may queue an event.
+ */
+typedef void (*wisp_stream_end_fn)(struct ibv_qp *qp, int reason, void *arg);
+
+/* Register fn (NULL to clear). Returns 0 or a positive errno. */
+int wisp_qp_set_stream_end_cb(struct ibv_qp *qp, wisp_stream_end_fn fn,
+			      void *arg);
+
+/*
+ * Orderly disconnect: stop sending, shut the socket down, move the QP to
+ * ERROR and flush its outstanding work requests. Idempotent. Returns 0
+ * or a positive errno.
+ */
+int wisp_qp_disconnect(struct ibv_qp *qp);
+
+/*
+ * Test and benchmark helper: run the MPA exchange over the connected
+ * socket fd (as initiator if active, else responder) with the given
+ * preferences and attach the stream to qp. Blocks up to timeout_ms.
+ * Returns 0 or a positive errno; fd is consumed either way.
+ */
+struct wisp_mpa_prefs {
+	uint8_t mpa_rev;      /* 1 or 2 (0: 2) */
+	bool crc;
+	bool p2p;             /* rev 2 peer-to-peer with an RTR */
+	bool read_rtr;        /* initiator: READ RTR rather than WRITE RTR */
+	uint16_t ird, ord;
+};
+int wisp_qp_connect_fd(struct ibv_qp *qp, int fd, bool active,
+		       const struct wisp_mpa_prefs *prefs, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WISP_PRIVATE_H */
