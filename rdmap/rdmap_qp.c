@@ -1444,11 +1444,16 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	return 1;
 }
 
-/* Close now if the QP failed and has no Terminate left to send. */
+/* Close now if the QP failed and has no Terminate left to send; say
+ * whether there is something to send. */
 static int rx_close(const struct rdmap_qp *qp)
 {
-	return rdmap_qp_state(qp) == RDMAP_QP_ERROR && !qp->term_pending &&
-	       qp->b_sent == qp->b_total;
+	int ret = rdmap_qp_tx_pending(qp) ? RDMAP_RX_SEND : 0;
+
+	if (rdmap_qp_state(qp) == RDMAP_QP_ERROR && !qp->term_pending &&
+	    qp->b_sent == qp->b_total)
+		ret |= RDMAP_RX_CLOSE;
+	return ret;
 }
 
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)

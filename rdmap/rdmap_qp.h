@@ -178,13 +178,16 @@ enum rdmap_qp_state rdmap_qp_state(const struct rdmap_qp *qp);
 /*
  * Engine side. rx_want fills up to cap (>= RDMAP_MAX_SGE + 1) iovecs
  * where the next received octets go and returns their number (>= 1).
- * rx_done reports n > 0 octets received there; it returns 0, or 1 when
- * the stream should now be closed (the QP failed with nothing left to
- * send, e.g. the peer's Terminate arrived).
+ * rx_done reports n > 0 octets received there; it returns a set of
+ * RDMAP_RX_CLOSE (the stream should now be closed: the QP failed with
+ * nothing left to send, e.g. the peer's Terminate arrived) and
+ * RDMAP_RX_SEND (tx_fill has something to send now).
  * tx_fill returns up to cap (>= 64) iovecs to send now, 0 if nothing;
  * tx_done reports n octets of them sent and returns 0, or 1 when the
  * stream should be closed once nothing is in flight.
  */
+#define RDMAP_RX_CLOSE 0x1
+#define RDMAP_RX_SEND  0x2
 int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap);
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n);
 int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap);

@@ -22,15 +22,17 @@
 struct glue_engine;
 struct glue_conn;
 
-/* Largest iovec counts the engine passes to the callbacks. */
+/* Largest iovec counts the engine passes to the callbacks. The receive
+ * callbacks may run on a polling thread too (glue_conn_recv_now), the
+ * transmit ones on a posting thread (glue_conn_send_now); the engine
+ * serialises each side. */
 #define GLUE_RX_IOV   8
 #define GLUE_TX_IOV   1024
 
 struct glue_conn_ops {
 	/* Where the next octets go: fill iov[0..cap), return the count (>= 1). */
 	int (*rx_want)(void *arg, struct iovec *iov, int cap);
-	/* n > 0 octets arrived there. Return 0, or 1 to close the stream
-	 * gracefully. */
+	/* n > 0 octets arrived there. Return a set of GLUE_RX_*. */
 	int (*rx_done)(void *arg, size_t n);
 	/* What to send now: fill iov[0..cap), return the count, 0 for none. */
 	int (*tx_fill)(void *arg, struct iovec *iov, int cap);
@@ -41,6 +43,10 @@ struct glue_conn_ops {
 	 * end (either side closed), else a positive errno. Last call. */
 	void (*ended)(void *arg, int reason);
 };
+
+/* What rx_done asks for. */
+#define GLUE_RX_CLOSE 0x1   /* close the stream gracefully */
+#define GLUE_RX_SEND  0x2   /* tx_fill has something now */
 
 enum glue_kind {
 	GLUE_AUTO,
@@ -86,6 +92,14 @@ void glue_conn_kick(struct glue_conn *c);
  * called from this thread (they are serialised with the engine's).
  */
 bool glue_conn_send_now(struct glue_conn *c);
+
+/*
+ * From any thread: receive and process what the socket holds right now
+ * (non-blocking), unless another thread is at it. A thread that polls
+ * for completions calls this instead of waiting for the engine to wake
+ * up. Returns true if octets were processed.
+ */
+bool glue_conn_recv_now(struct glue_conn *c);
 
 /*
  * Engine thread only. Close gracefully (half-close once everything queued

@@ -115,6 +115,7 @@ static void conn_abort(struct glue_conn *c, int reason)
 	if (c->aborting)
 		return;
 	c->aborting = true;
+	atomic_store(&c->stopped, true);
 	if (!c->reason)
 		c->reason = reason;
 	shutdown(c->fd, SHUT_RDWR);
@@ -134,8 +135,10 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	e->be->conn_del(e, c);
 	close(c->fd);
 	pthread_mutex_lock(&c->tx_lock);
+	pthread_mutex_lock(&c->rx_lock);
 	c->fd = -1;
 	c->gone = true;
+	pthread_mutex_unlock(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
 	c->ops->ended(c->arg, c->reason);
 }
@@ -161,6 +164,7 @@ void glue_conn_free(struct glue_conn *c)
 	if (!c)
 		return;
 	pthread_mutex_destroy(&c->tx_lock);
+	pthread_mutex_destroy(&c->rx_lock);
 	free(c);
 }
 
@@ -168,30 +172,74 @@ void glue_conn_free(struct glue_conn *c)
 /* Results and the pump                                               */
 /* ------------------------------------------------------------------ */
 
-void glue_rx_result(struct glue_conn *c, long res)
+void glue_rx_ready(struct glue_conn *c)
 {
-	c->rx_busy = false;
-	if (c->aborting || c->gone)
-		return;
-	if (res == 0) {
-		/* The peer closed its side: nothing more will arrive. */
-		c->rx_eof = true;
-		conn_abort(c, 0);
-		return;
+	c->rx_op = false;
+	c->rx_armed = false;
+}
+
+/*
+ * Receive until the socket runs dry or max receives; rx_lock held.
+ * Returns 1 at EAGAIN, 0 at the limit, -1 at the end of the stream
+ * (c->rx_end says how it ended).
+ */
+static int rx_drain(struct glue_conn *c, int max, bool *got)
+{
+	for (int i = 0; i < max; i++) {
+		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
+		ssize_t r;
+
+		c->rx_msg.msg_iov = c->rx_iov;
+		c->rx_msg.msg_iovlen = (size_t)n;
+		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+		if (r > 0) {
+			int done = c->ops->rx_done(c->arg, (size_t)r);
+
+			*got = true;
+			if (done & GLUE_RX_CLOSE)
+				atomic_store(&c->close_req, true);
+			/* What arrived calls for sending (Read Responses,
+			 * ORD credit, a Terminate). */
+			if (done & GLUE_RX_SEND)
+				atomic_store(&c->tx_more, true);
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return 1;
+		/* 0: the peer closed its side; nothing more will come. */
+		atomic_store(&c->rx_end, r == 0 ? -1 : errno);
+		return -1;
 	}
-	if (res < 0) {
-		if (res == -EAGAIN || res == -EINTR)
-			return;
-		conn_abort(c, (int)-res);
-		return;
+	return 0;
+}
+
+bool glue_conn_recv_now(struct glue_conn *c)
+{
+	bool got = false;
+	int r;
+
+	if (atomic_load(&c->stopped))
+		return false;
+	atomic_store_explicit(&c->app_rx_ms, now_ms(), memory_order_relaxed);
+	if (pthread_mutex_trylock(&c->rx_lock))
+		return false;
+	if (c->gone || atomic_load(&c->stopped)) {
+		pthread_mutex_unlock(&c->rx_lock);
+		return false;
 	}
-	/* What arrived may call for sending (Read Responses, freed ORD
-	 * credit, a Terminate): look at the transmit side again. */
-	atomic_store(&c->tx_more, true);
-	if (c->ops->rx_done(c->arg, (size_t)res) && !c->closing) {
-		c->closing = true;
-		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
+	r = rx_drain(c, 8, &got);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (r <= 0 || atomic_load(&c->close_req)) {
+		/* An end, a close or more to read: the engine's business. */
+		atomic_store(&c->rx_more, true);
+		wake(c->e);
 	}
+	/* Answers to what arrived (Read Responses) go out from here too. */
+	if (got && atomic_load(&c->tx_more))
+		glue_conn_send_now(c);
+	return got;
 }
 
 void glue_tx_result(struct glue_conn *c, long res)
@@ -228,7 +276,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 	/* Busy: the engine is at it and will see the kick. */
 	if (pthread_mutex_trylock(&c->tx_lock))
 		return false;
-	if (c->tx_busy || c->gone || c->aborting || c->closing)
+	if (c->tx_busy || c->gone || atomic_load(&c->stopped) || c->closing)
 		goto out;
 	niov = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
 	if (niov <= 0)
@@ -242,6 +290,8 @@ bool glue_conn_send_now(struct glue_conn *c)
 	}
 	/* Anything left (partial send, EAGAIN, an error to report, a close
 	 * to start) is the engine's: it looks again after the kick. */
+	if (close)
+		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
 out:
 	pthread_mutex_unlock(&c->tx_lock);
@@ -254,16 +304,51 @@ out:
 
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 {
-	/* epoll completes synchronously: bound the loop for fairness. */
-	for (int i = 0; i < 16 && !c->rx_busy && !c->aborting && !c->gone;
-	     i++) {
-		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
+	bool got = false;
+	int r, end;
 
-		c->rx_msg.msg_iov = c->rx_iov;
-		c->rx_msg.msg_iovlen = (size_t)n;
-		c->rx_busy = true;
-		e->be->start_rx(e, c);
+	if (atomic_exchange(&c->close_req, false) && !c->closing) {
+		c->closing = true;
+		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
 	}
+	if (c->aborting || c->gone)
+		return;
+	if (c->rx_armed && !atomic_exchange(&c->rx_more, false))
+		return;
+	if (now_ms() - atomic_load(&c->app_rx_ms) < GLUE_APP_POLL_MS) {
+		/* A thread polls this connection itself: leave the socket
+		 * to it rather than wake up for every message, and look
+		 * again once it has been quiet for a while. */
+		e->recheck = true;
+		return;
+	}
+	if (pthread_mutex_trylock(&c->rx_lock)) {
+		/* A polling thread is draining the socket: it reads until
+		 * EAGAIN, so waiting for readiness again loses nothing. */
+		r = 1;
+		goto arm;
+	}
+	r = rx_drain(c, 16, &got);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (atomic_exchange(&c->close_req, false) && !c->closing) {
+		c->closing = true;
+		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
+	}
+	end = atomic_load(&c->rx_end);
+	if (r < 0 || end) {
+		if (end == -1)
+			c->rx_eof = true;
+		conn_abort(c, end == -1 ? 0 : end);
+		return;
+	}
+	if (r == 0) {
+		atomic_store(&e->pending, true);   /* more to read: come back */
+		return;
+	}
+arm:
+	c->rx_armed = true;
+	if (!c->rx_op)
+		e->be->arm_rx(e, c);
 }
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
@@ -300,6 +385,7 @@ static int pump_all(struct glue_engine *e)
 	struct glue_conn *c, *next;
 	int64_t now = 0, soonest = -1;
 
+	e->recheck = false;
 	for (c = e->conns; c; c = next) {
 		next = c->next;
 		if (!c->gone) {
@@ -309,9 +395,8 @@ static int pump_all(struct glue_engine *e)
 			/* The pump stops after a bounded number of operations
 			 * that completed at once (epoll): come back before
 			 * sleeping, as edge-triggered readiness will not. */
-			if (!c->aborting &&
-			    (!c->rx_busy ||
-			     (atomic_load(&c->tx_more) && !c->tx_busy)))
+			if (!c->aborting && atomic_load(&c->tx_more) &&
+			    !c->tx_busy)
 				atomic_store(&e->pending, true);
 		}
 		if (c->closing && !c->aborting && !c->gone) {
@@ -322,9 +407,11 @@ static int pump_all(struct glue_engine *e)
 			else if (soonest < 0 || c->deadline_ms < soonest)
 				soonest = c->deadline_ms;
 		}
-		if (c->aborting && !c->gone && !c->rx_busy && !c->tx_busy)
+		if (c->aborting && !c->gone && !c->rx_op && !c->tx_busy)
 			conn_finish(e, c);   /* c may be freed from here on */
 	}
+	if (e->recheck && (soonest < 0 || soonest - now > GLUE_APP_POLL_MS))
+		return GLUE_APP_POLL_MS;
 	if (soonest < 0)
 		return -1;
 	return (int)(soonest - now > 0 ? soonest - now : 1);
@@ -492,6 +579,12 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->arg = arg;
 	atomic_init(&c->kicked, false);
 	atomic_init(&c->tx_more, false);
+	atomic_init(&c->rx_more, false);
+	atomic_init(&c->close_req, false);
+	atomic_init(&c->rx_end, 0);
+	atomic_init(&c->stopped, false);
+	atomic_init(&c->app_rx_ms, 0);
+	pthread_mutex_init(&c->rx_lock, NULL);
 	{
 		pthread_mutexattr_t ma;
 

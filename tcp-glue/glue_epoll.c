@@ -44,18 +44,30 @@ static void ep_fini(struct glue_engine *e)
 	e->be_priv = NULL;
 }
 
+/* One-shot, level-triggered interest in what c waits for: the engine
+ * hears about a socket only when it asked to, so a connection that an
+ * application thread polls itself costs the engine no wake-ups. */
+static void ep_mod(struct epoll_priv *p, struct glue_conn *c)
+{
+	struct epoll_event ev = {
+		.events = c->ep_want | EPOLLONESHOT | EPOLLRDHUP,
+		.data.ptr = c,
+	};
+
+	epoll_ctl(p->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
 static int ep_conn_add(struct glue_engine *e, struct glue_conn *c)
 {
 	struct epoll_priv *p = e->be_priv;
 	struct epoll_event ev = {
-		.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+		.events = EPOLLONESHOT,
 		.data.ptr = c,
 	};
 
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, c->fd, &ev))
 		return -errno;
-	/* Edge-triggered: assume ready until the kernel says EAGAIN. */
-	c->rx_ready = c->tx_ready = true;
+	c->ep_want = 0;
 	return 0;
 }
 
@@ -66,40 +78,27 @@ static void ep_conn_del(struct glue_engine *e, struct glue_conn *c)
 	epoll_ctl(p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 }
 
-static void try_rx(struct glue_conn *c)
-{
-	ssize_t n = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
-
-	if (n < 0 && errno == EAGAIN) {
-		c->rx_ready = false;      /* stays busy until EPOLLIN */
-		return;
-	}
-	glue_rx_result(c, n < 0 ? -errno : n);
-}
-
-static void try_tx(struct glue_conn *c)
+static void try_tx(struct epoll_priv *p, struct glue_conn *c)
 {
 	ssize_t n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	if (n < 0 && errno == EAGAIN) {
-		c->tx_ready = false;
+		c->ep_want |= EPOLLOUT;
+		ep_mod(p, c);
 		return;
 	}
 	glue_tx_result(c, n < 0 ? -errno : n);
 }
 
-static void ep_start_rx(struct glue_engine *e, struct glue_conn *c)
+static void ep_arm_rx(struct glue_engine *e, struct glue_conn *c)
 {
-	(void)e;
-	if (c->rx_ready)
-		try_rx(c);
+	c->ep_want |= EPOLLIN;
+	ep_mod(e->be_priv, c);
 }
 
 static void ep_start_tx(struct glue_engine *e, struct glue_conn *c)
 {
-	(void)e;
-	if (c->tx_ready)
-		try_tx(c);
+	try_tx(e->be_priv, c);
 }
 
 static void ep_wait(struct glue_engine *e, int timeout_ms)
@@ -110,21 +109,27 @@ static void ep_wait(struct glue_engine *e, int timeout_ms)
 
 	for (int i = 0; i < n; i++) {
 		struct glue_conn *c = evs[i].data.ptr;
+		uint32_t ev = evs[i].events;
 
 		if (!c) {
 			glue_wake_drain(e);
 			continue;
 		}
-		if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-			c->rx_ready = true;
-			if (c->rx_busy)
-				try_rx(c);
+		/* One-shot: nothing is armed any more. */
+		if (ev & (EPOLLHUP | EPOLLERR))
+			ev |= c->ep_want;
+		if ((c->ep_want & EPOLLIN) &&
+		    (ev & (EPOLLIN | EPOLLRDHUP))) {
+			c->ep_want &= ~(uint32_t)EPOLLIN;
+			glue_rx_ready(c);
 		}
-		if (evs[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
-			c->tx_ready = true;
+		if ((c->ep_want & EPOLLOUT) && (ev & EPOLLOUT)) {
+			c->ep_want &= ~(uint32_t)EPOLLOUT;
 			if (c->tx_busy)
-				try_tx(c);
+				try_tx(p, c);
 		}
+		if (c->ep_want)
+			ep_mod(p, c);
 	}
 }
 
@@ -134,7 +139,7 @@ const struct glue_backend glue_epoll_backend = {
 	.fini = ep_fini,
 	.conn_add = ep_conn_add,
 	.conn_del = ep_conn_del,
-	.start_rx = ep_start_rx,
+	.arm_rx = ep_arm_rx,
 	.start_tx = ep_start_tx,
 	.wait = ep_wait,
 };

@@ -13,6 +13,9 @@
 #include "glue.h"
 
 #define GLUE_CLOSE_DEADLINE_MS 2000
+/* How long after a thread last polled a connection itself the engine
+ * stays off its socket. */
+#define GLUE_APP_POLL_MS 2
 
 struct glue_conn {
 	struct glue_engine *e;
@@ -22,7 +25,17 @@ struct glue_conn {
 	void *arg;
 
 	atomic_bool kicked;
-	bool rx_busy, tx_busy;    /* an operation is in flight / waiting */
+	bool tx_busy;             /* a send is in flight / waiting */
+	bool rx_armed;            /* waiting for readability */
+	bool rx_op;               /* io_uring: a poll op references c */
+	atomic_bool rx_more;      /* another thread asks for a drain */
+	atomic_bool close_req;    /* the owner asked for a graceful close */
+	atomic_int rx_end;        /* 0, -1 end of stream, or an errno */
+	atomic_bool stopped;      /* aborting or gone: no more direct I/O */
+	_Atomic int64_t app_rx_ms; /* last glue_conn_recv_now() call */
+	/* Receive side: the engine and polling threads drain the socket
+	 * under it (glue_conn_recv_now). */
+	pthread_mutex_t rx_lock;
 	atomic_bool tx_more;      /* tx_fill may have more right away */
 	/* Transmit side: taken by the engine around tx_fill / tx_done and
 	 * by a posting thread that sends directly (glue_conn_send_now).
@@ -36,8 +49,8 @@ struct glue_conn {
 	int reason;
 	int64_t deadline_ms;
 
-	/* epoll backend: readiness seen but not consumed */
-	bool rx_ready, tx_ready;
+	/* epoll backend: the events armed (one-shot) */
+	uint32_t ep_want;
 
 	struct msghdr rx_msg, tx_msg;
 	struct iovec rx_iov[GLUE_RX_IOV];
@@ -51,10 +64,10 @@ struct glue_backend {
 	void (*fini)(struct glue_engine *e);
 	int (*conn_add)(struct glue_engine *e, struct glue_conn *c);
 	void (*conn_del)(struct glue_engine *e, struct glue_conn *c);
-	/* Start the receive / send described by c->rx_msg / c->tx_msg. The
-	 * result reaches glue_rx_result() / glue_tx_result(), possibly
-	 * before this returns. */
-	void (*start_rx)(struct glue_engine *e, struct glue_conn *c);
+	/* Wait for c to become readable: glue_rx_ready() follows. */
+	void (*arm_rx)(struct glue_engine *e, struct glue_conn *c);
+	/* Start the send described by c->tx_msg. The result reaches
+	 * glue_tx_result(), possibly before this returns. */
 	void (*start_tx)(struct glue_engine *e, struct glue_conn *c);
 	/* Block for events up to timeout_ms (-1: no limit) and dispatch
 	 * them; the wake eventfd ends the wait. */
@@ -77,6 +90,7 @@ struct glue_engine {
 	atomic_bool pending;
 	atomic_bool stop;
 	struct glue_conn *conns;
+	bool recheck;             /* a pass skipped a polled connection */
 
 	pthread_mutex_t cmd_lock;
 	pthread_cond_t cmd_cond;
@@ -86,8 +100,9 @@ struct glue_engine {
 extern const struct glue_backend glue_uring_backend;
 extern const struct glue_backend glue_epoll_backend;
 
-/* Results, from the backends: octets (>= 0) or -errno. */
-void glue_rx_result(struct glue_conn *c, long res);
+/* From the backends: c may be readable; a send's result (octets or
+ * -errno). */
+void glue_rx_ready(struct glue_conn *c);
 void glue_tx_result(struct glue_conn *c, long res);
 
 /* Drain the wake eventfd (epoll backend; io_uring reads it itself). */

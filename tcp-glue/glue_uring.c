@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <liburing.h>
+#include <poll.h>
 #include <stdlib.h>
 
 #define RING_ENTRIES 256
@@ -87,17 +88,20 @@ static void uring_conn_del(struct glue_engine *e, struct glue_conn *c)
 	(void)c;
 }
 
-static void uring_start_rx(struct glue_engine *e, struct glue_conn *c)
+static void uring_arm_rx(struct glue_engine *e, struct glue_conn *c)
 {
 	struct uring_priv *p = e->be_priv;
 	struct io_uring_sqe *sqe = get_sqe(p);
 
 	if (!sqe) {
-		glue_rx_result(c, -EAGAIN);
+		c->rx_armed = false;      /* try again at the next pass */
 		return;
 	}
-	io_uring_prep_recvmsg(sqe, c->fd, &c->rx_msg, 0);
+	/* Readiness, then non-blocking recvmsg into the target: the engine
+	 * and a polling application thread can then both receive. */
+	io_uring_prep_poll_add(sqe, c->fd, POLLIN | POLLRDHUP);
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_RX);
+	c->rx_op = true;
 }
 
 static void uring_start_tx(struct glue_engine *e, struct glue_conn *c)
@@ -126,7 +130,7 @@ static void dispatch(struct glue_engine *e, struct uring_priv *p,
 		p->wake_armed = false;
 		break;
 	case OP_RX:
-		glue_rx_result(c, cqe->res);
+		glue_rx_ready(c);
 		break;
 	case OP_TX:
 		glue_tx_result(c, cqe->res);
@@ -168,7 +172,7 @@ const struct glue_backend glue_uring_backend = {
 	.fini = uring_fini,
 	.conn_add = uring_conn_add,
 	.conn_del = uring_conn_del,
-	.start_rx = uring_start_rx,
+	.arm_rx = uring_arm_rx,
 	.start_tx = uring_start_tx,
 	.wait = uring_wait,
 };

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: MIT
+/*
+ * verbs_cq.c - completion queues and completion channels.
+ *
+ * A CQ is a ring of struct ibv_wc. Producers (engine threads, and a
+ * posting thread flushing a QP in ERROR) serialise on a producer lock;
+ * ibv_poll_cq reads under a consumer lock. Neither lock is contended on
+ * the fast path, so polling costs no system call. A completion channel
+ * is a semaphore eventfd: one read per CQ event.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "verbs_internal.h"
+
+struct wisp_channel {
+	struct ibv_comp_channel base;
+	pthread_mutex_t lock;
+	struct wisp_cq *head, *tail;  /* CQs with an event not yet read */
+};
+
+static struct wisp_channel *to_wch(struct ibv_comp_channel *ch)
+{
+	return container_of(ch, struct wisp_channel, base);
+}
+
+struct ibv_comp_channel *wisp_create_comp_channel(struct ibv_context *ctx)
+{
+	struct wisp_channel *ch = calloc(1, sizeof(*ch));
+
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->base.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (ch->base.fd < 0) {
+		free(ch);
+		return NULL;
+	}
+	ch->base.context = ctx;
+	ch->base.refcnt = 0;
+	pthread_mutex_init(&ch->lock, NULL);
+	return &ch->base;
+}
+
+int wisp_destroy_comp_channel(struct ibv_comp_channel *ibch)
+{
+	struct wisp_channel *ch;
+
+	if (!ibch)
+		return EINVAL;
+	ch = to_wch(ibch);
+	/* rdma-core refuses while CQs still use the channel. */
+	if (ibch->refcnt)
+		return EBUSY;
+	close(ibch->fd);
+	pthread_mutex_destroy(&ch->lock);
+	free(ch);
+	return 0;
+}
+
+/* Raise the CQ's event on its channel (any thread). */
+static void cq_event(struct wisp_cq *cq)
+{
+	struct wisp_channel *ch;
+	uint64_t one = 1;
+
+	if (!cq->base.cq.channel)
+		return;
+	ch = to_wch(cq->base.cq.channel);
+	pthread_mutex_lock(&ch->lock);
+	cq->ev_next = NULL;
+	if (ch->tail)
+		ch->tail->ev_next = cq;
+	else
+		ch->head = cq;
+	ch->tail = cq;
+	cq->events_reported++;
+	pthread_mutex_unlock(&ch->lock);
+	if (write(ch->base.fd, &one, sizeof(one)) < 0) {
+		/* cannot fail short of counter overflow */
+	}
+}
+
+void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	uint32_t tail, head;
+	int armed;
+
+	pthread_mutex_lock(&cq->prod_lock);
+	tail = atomic_load_explicit(&cq->tail, memory_order_relaxed);
+	head = atomic_load_explicit(&cq->head, memory_order_acquire);
+	if (tail - head >= cq->size) {
+		/* Overrun: the application sized its CQ too small. Report it
+		 * as rdma-core devices do, with IBV_EVENT_CQ_ERR. */
+		pthread_mutex_unlock(&cq->prod_lock);
+		if (!atomic_exchange(&cq->overrun, true)) {
+			struct ibv_async_event ev = {
+				.element.cq = &cq->base.cq,
+				.event_type = IBV_EVENT_CQ_ERR,
+			};
+			wisp_async_event_push(cq->base.cq.context, &ev);
+		}
+		return;
+	}
+	cq->ring[tail & (cq->size - 1)] = *wc;
+	atomic_store_explicit(&cq->tail, tail + 1, memory_order_release);
+	pthread_mutex_unlock(&cq->prod_lock);
+
+	/* IBTA 11.4.2.2: a solicited-only request fires on a solicited
+	 * completion or an unsuccessful one. */
+	armed = atomic_load(&cq->armed);
+	if (armed == CQ_ARMED_ANY ||
+	    (armed == CQ_ARMED_SOLICITED &&
+	     (solicited || wc->status != IBV_WC_SUCCESS))) {
+		if (atomic_exchange(&cq->armed, CQ_DISARMED) != CQ_DISARMED)
+			cq_event(cq);
+	}
+}
+
+static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
+		   void *cq_context, struct ibv_comp_channel *ch)
+{
+	uint32_t size = 1;
+
+	if (cqe < 1 || cqe > WISP_MAX_CQE)
+		return EINVAL;
+	while (size < (uint32_t)cqe)
+		size <<= 1;
+	cq->ring = calloc(size, sizeof(*cq->ring));
+	if (!cq->ring)
+		return ENOMEM;
+	cq->size = size;
+	cq->base.cq.context = ctx;
+	cq->base.cq.channel = ch;
+	cq->base.cq.cq_context = cq_context;
+	cq->base.cq.cqe = (int)size;
+	pthread_mutex_init(&cq->base.cq.mutex, NULL);
+	pthread_cond_init(&cq->base.cq.cond, NULL);
+	pthread_mutex_init(&cq->prod_lock, NULL);
+	pthread_mutex_init(&cq->cons_lock, NULL);
+	pthread_mutex_init(&cq->qps_lock, NULL);
+	if (ch) {
+		pthread_mutex_lock(&to_wch(ch)->lock);
+		ch->refcnt++;
+		pthread_mutex_unlock(&to_wch(ch)->lock);
+	}
+	return 0;
+}
+
+struct ibv_cq *wisp_create_cq(struct ibv_context *ctx, int cqe,
+			      void *cq_context, struct ibv_comp_channel *ch,
+			      int comp_vector)
+{
+	struct wisp_cq *cq;
+	int ret;
+
+	if (!ctx || comp_vector < 0 ||
+	    comp_vector >= ctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = cq_init(cq, ctx, cqe, cq_context, ch);
+	if (ret) {
+		free(cq);
+		errno = ret;
+		return NULL;
+	}
+	return &cq->base.cq;
+}
+
+int wisp_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	(void)cq;
+	(void)cqe;
+	return EOPNOTSUPP;
+}
+
+int wisp_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct wisp_cq *cq;
+
+	if (!ibcq)
+		return EINVAL;
+	cq = to_wcq(ibcq);
+	if (atomic_load(&cq->users))
+		return EBUSY;     /* QPs still use it, as rdma-core says */
+	if (ibcq->channel) {
+		struct wisp_channel *ch = to_wch(ibcq->channel);
+		struct wisp_cq **pp;
+
+		pthread_mutex_lock(&ch->lock);
+		/* Drop events not yet read, as the kernel does. */
+		for (pp = &ch->head; *pp;) {
+			if (*pp == cq) {
+				uint64_t v;
+
+				*pp = cq->ev_next;
+				if (read(ch->base.fd, &v, sizeof(v)) < 0) {
+					/* the count was already taken */
+				}
+				continue;
+			}
+			pp = &(*pp)->ev_next;
+		}
+		ch->tail = NULL;
+		for (struct wisp_cq *c = ch->head; c; c = c->ev_next)
+			ch->tail = c;
+		ibcq->channel->refcnt--;
+		pthread_mutex_unlock(&ch->lock);
+	}
+	pthread_mutex_destroy(&cq->prod_lock);
+	pthread_mutex_destroy(&cq->cons_lock);
+	pthread_mutex_destroy(&cq->qps_lock);
+	free(cq->qps);
+	free(cq->ring);
+	free(cq);
+	return 0;
+}
+
+int wisp_cq_add_qp(struct wisp_cq *cq, struct wisp_qp *qp)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&cq->qps_lock);
+	if (cq->nqps == cq->qps_cap) {
+		int cap = cq->qps_cap ? 2 * cq->qps_cap : 4;
+		struct wisp_qp **n = realloc(cq->qps, (size_t)cap * sizeof(*n));
+
+		if (!n) {
+			ret = ENOMEM;
+			goto out;
+		}
+		cq->qps = n;
+		cq->qps_cap = cap;
+	}
+	cq->qps[cq->nqps++] = qp;
+out:
+	pthread_mutex_unlock(&cq->qps_lock);
+	return ret;
+}
+
+void wisp_cq_del_qp(struct wisp_cq *cq, struct wisp_qp *qp)
+{
+	pthread_mutex_lock(&cq->qps_lock);
+	for (int i = 0; i < cq->nqps; i++) {
+		if (cq->qps[i] == qp) {
+			cq->qps[i] = cq->qps[--cq->nqps];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cq->qps_lock);
+}
+
+void wisp_cq_lock_qps(struct wisp_cq *cq)
+{
+	pthread_mutex_lock(&cq->qps_lock);
+}
+
+void wisp_cq_unlock_qps(struct wisp_cq *cq)
+{
+	pthread_mutex_unlock(&cq->qps_lock);
+}
+
+static int cq_take(struct wisp_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	uint32_t head, tail;
+	int n = 0;
+
+	pthread_mutex_lock(&cq->cons_lock);
+	head = atomic_load_explicit(&cq->head, memory_order_relaxed);
+	tail = atomic_load_explicit(&cq->tail, memory_order_acquire);
+	while (head != tail && n < num_entries)
+		wc[n++] = cq->ring[head++ & (cq->size - 1)];
+	atomic_store_explicit(&cq->head, head, memory_order_release);
+	pthread_mutex_unlock(&cq->cons_lock);
+	return n;
+}
+
+static bool cq_empty(struct wisp_cq *cq)
+{
+	return atomic_load_explicit(&cq->tail, memory_order_acquire) ==
+	       atomic_load_explicit(&cq->head, memory_order_relaxed);
+}
+
+int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
+{
+	struct wisp_cq *cq = to_wcq(ibcq);
+
+	if (num_entries <= 0)
+		return 0;
+	if (!cq_empty(cq))
+		return cq_take(cq, num_entries, wc);
+	/* Empty: a polling thread receives for its QPs itself rather than
+	 * wait for the engine to wake up, which is most of a small
+	 * message's latency. Another poller at it: skip. */
+	if (cq->nqps && !pthread_mutex_trylock(&cq->qps_lock)) {
+		for (int i = 0; i < cq->nqps; i++)
+			wisp_qp_progress(cq->qps[i]);
+		pthread_mutex_unlock(&cq->qps_lock);
+	}
+	return cq_empty(cq) ? 0 : cq_take(cq, num_entries, wc);
+}
+
+int wisp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct wisp_cq *cq = to_wcq(ibcq);
+
+	if (!ibcq->channel)
+		return EINVAL;
+	/* Arming "any" over "solicited" widens it; never narrow it. */
+	if (solicited_only) {
+		int exp = CQ_DISARMED;
+
+		atomic_compare_exchange_strong(&cq->armed, &exp,
+					       CQ_ARMED_SOLICITED);
+	} else {
+		atomic_store(&cq->armed, CQ_ARMED_ANY);
+	}
+	return 0;
+}
+
+int wisp_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **out,
+		      void **cq_context)
+{
+	struct wisp_channel *ch = to_wch(ibch);
+	struct wisp_cq *cq;
+	uint64_t v;
+
+	/* Blocks unless the application made the fd non-blocking, then
+	 * fails with EAGAIN, as rdma-core's does. */
+	if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
+		return -1;
+	pthread_mutex_lock(&ch->lock);
+	cq = ch->head;
+	if (cq) {
+		ch->head = cq->ev_next;
+		if (!ch->head)
+			ch->tail = NULL;
+	}
+	pthread_mutex_unlock(&ch->lock);
+	if (!cq) {
+		errno = EAGAIN;
+		return -1;
+	}
+	*out = &cq->base.cq;
+	*cq_context = cq->base.cq.cq_context;
+	return 0;
+}
+
+void wisp_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ------------------------------------------------------------------ */
+/* The extended CQ (ibv_create_cq_ex): polling one entry at a time    */
+/* ------------------------------------------------------------------ */
+
+static struct wisp_cq *cqx_to_wcq(struct ibv_cq_ex *cqx)
+{
+	return container_of(cqx, struct wisp_cq, base.cqx);
+}
+
+static int cqx_next(struct ibv_cq_ex *cqx)
+{
+	struct wisp_cq *cq = cqx_to_wcq(cqx);
+
+	if (wisp_poll_cq(&cq->base.cq, 1, &cq->cur) != 1)
+		return ENOENT;
+	cqx->wr_id = cq->cur.wr_id;
+	cqx->status = cq->cur.status;
+	return 0;
+}
+
+static int cqx_start(struct ibv_cq_ex *cqx, struct ibv_poll_cq_attr *attr)
+{
+	if (attr->comp_mask)
+		return EINVAL;
+	return cqx_next(cqx);
+}
+
+static void cqx_end(struct ibv_cq_ex *cqx)
+{
+	(void)cqx;
+}
+
+static enum ibv_wc_opcode cqx_opcode(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.opcode;
+}
+
+static uint32_t cqx_vendor_err(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.vendor_err;
+}
+
+static uint32_t cqx_byte_len(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.byte_len;
+}
+
+static __be32 cqx_imm(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.imm_data;
+}
+
+static uint32_t cqx_qp_num(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.qp_num;
+}
+
+static uint32_t cqx_src_qp(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.src_qp;
+}
+
+static unsigned int cqx_wc_flags(struct ibv_cq_ex *cqx)
+{
+	return cqx_to_wcq(cqx)->cur.wc_flags;
+}
+
+static uint32_t cqx_zero32(struct ibv_cq_ex *cqx)
+{
+	(void)cqx;
+	return 0;
+}
+
+static uint8_t cqx_zero8(struct ibv_cq_ex *cqx)
+{
+	(void)cqx;
+	return 0;
+}
+
+
+#define CQX_SUPPORTED (IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | \
+		       IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP | \
+		       IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | \
+		       IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct ibv_cq_ex *wisp_create_cq_ex(struct ibv_context *ctx,
+				    struct ibv_cq_init_attr_ex *attr)
+{
+	struct wisp_cq *cq;
+	int ret;
+
+	if (!ctx || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* Time stamps, flow tags and parent domains are not offered. */
+	if ((attr->wc_flags & ~(uint64_t)CQX_SUPPORTED) ||
+	    (attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    attr->comp_vector >= (uint32_t)ctx->num_comp_vectors) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = cq_init(cq, ctx, (int)attr->cqe, attr->cq_context,
+		      attr->channel);
+	if (ret) {
+		free(cq);
+		errno = ret;
+		return NULL;
+	}
+	cq->base.cqx.start_poll = cqx_start;
+	cq->base.cqx.next_poll = cqx_next;
+	cq->base.cqx.end_poll = cqx_end;
+	cq->base.cqx.read_opcode = cqx_opcode;
+	cq->base.cqx.read_vendor_err = cqx_vendor_err;
+	cq->base.cqx.read_byte_len = cqx_byte_len;
+	cq->base.cqx.read_imm_data = cqx_imm;
+	cq->base.cqx.read_qp_num = cqx_qp_num;
+	cq->base.cqx.read_src_qp = cqx_src_qp;
+	cq->base.cqx.read_wc_flags = cqx_wc_flags;
+	cq->base.cqx.read_slid = cqx_zero32;
+	cq->base.cqx.read_sl = cqx_zero8;
+	cq->base.cqx.read_dlid_path_bits = cqx_zero8;
+	return &cq->base.cqx;
+}

@@ -1,0 +1,1076 @@
+// SPDX-License-Identifier: MIT
+/*
+ * verbs_qp.c - RC queue pairs and shared receive queues over rdmap_qp,
+ * and the private calls that attach a connected TCP stream to a QP.
+ *
+ * Posting: a WR is checked and written straight into the SQ or RQ ring
+ * under the QP's post lock, then the engine is kicked (no system call
+ * when it is awake). Completions come back through rdmap_qp_ops into the
+ * CQ rings. A QP in ERROR completes what is posted at once with
+ * IBV_WC_WR_FLUSH_ERR.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "glue.h"
+#include "rdmap_qp.h"
+#include "verbs_internal.h"
+#include "../wisp_private.h"
+
+struct wisp_srq {
+	struct ibv_srq base;
+	pthread_mutex_t lock;
+	struct rdmap_recv_wr *ring;
+	uint32_t size, head, tail;
+	uint32_t max_wr, max_sge, limit;
+};
+
+struct wisp_qp {
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx;
+	} base;
+	struct rdmap_qp *core;
+	pthread_mutex_t post_lock;
+	/* Serialises the core between the engine thread and a posting
+	 * thread that sends directly (glue_conn_send_now). */
+	pthread_mutex_t core_lock;
+	struct wisp_cq *scq, *rcq;
+	struct wisp_srq *srq;
+	struct ibv_qp_cap cap;
+	bool sq_sig_all;
+	uint8_t ord, ird;         /* max_rd_atomic, max_dest_rd_atomic */
+	int access_flags;
+
+	/* the stream */
+	struct glue_engine *engine;
+	struct glue_conn *conn;
+	pthread_mutex_t end_lock;
+	pthread_cond_t end_cond;
+	bool ended;
+	int end_reason;
+	wisp_stream_end_fn end_fn;
+	void *end_arg;
+};
+
+static atomic_uint next_qpn = 1;
+
+static struct wisp_qp *to_wqp(struct ibv_qp *qp)
+{
+	return container_of(qp, struct wisp_qp, base.qp);
+}
+
+static struct wisp_srq *to_wsrq(struct ibv_srq *srq)
+{
+	return container_of(srq, struct wisp_srq, base);
+}
+
+static enum ibv_qp_state qp_state(const struct wisp_qp *qp)
+{
+	return (enum ibv_qp_state)__atomic_load_n(&qp->base.qp.state,
+						  __ATOMIC_ACQUIRE);
+}
+
+static void set_state(struct wisp_qp *qp, enum ibv_qp_state s)
+{
+	__atomic_store_n(&qp->base.qp.state, s, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------------ */
+/* Engines                                                            */
+/* ------------------------------------------------------------------ */
+
+struct glue_engine *wisp_context_engine(struct wisp_context *wctx)
+{
+	struct glue_engine *e;
+
+	pthread_mutex_lock(&wctx->lock);
+	if (!wctx->engine)
+		wctx->engine = glue_engine_create(GLUE_AUTO);
+	e = wctx->engine;
+	pthread_mutex_unlock(&wctx->lock);
+	return e;
+}
+
+void wisp_context_engine_stop(struct wisp_context *wctx)
+{
+	glue_engine_destroy(wctx->engine);
+	wctx->engine = NULL;
+	if (wctx->stags) {
+		rdmap_stag_table_fini(wctx->stags);
+		free(wctx->stags);
+		wctx->stags = NULL;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Completions from the core                                          */
+/* ------------------------------------------------------------------ */
+
+static const enum ibv_wc_status wc_status[] = {
+	[RDMAP_WC_SUCCESS] = IBV_WC_SUCCESS,
+	[RDMAP_WC_LOC_LEN_ERR] = IBV_WC_LOC_LEN_ERR,
+	[RDMAP_WC_LOC_QP_OP_ERR] = IBV_WC_LOC_QP_OP_ERR,
+	[RDMAP_WC_LOC_PROT_ERR] = IBV_WC_LOC_PROT_ERR,
+	[RDMAP_WC_WR_FLUSH_ERR] = IBV_WC_WR_FLUSH_ERR,
+	[RDMAP_WC_REM_INV_REQ_ERR] = IBV_WC_REM_INV_REQ_ERR,
+	[RDMAP_WC_REM_ACCESS_ERR] = IBV_WC_REM_ACCESS_ERR,
+	[RDMAP_WC_REM_OP_ERR] = IBV_WC_REM_OP_ERR,
+	[RDMAP_WC_FATAL_ERR] = IBV_WC_FATAL_ERR,
+	[RDMAP_WC_GENERAL_ERR] = IBV_WC_GENERAL_ERR,
+};
+
+static const enum ibv_wc_opcode wc_opcode[] = {
+	[RDMAP_WC_SEND] = IBV_WC_SEND,
+	[RDMAP_WC_RDMA_WRITE] = IBV_WC_RDMA_WRITE,
+	[RDMAP_WC_RDMA_READ] = IBV_WC_RDMA_READ,
+	[RDMAP_WC_RECV] = IBV_WC_RECV,
+};
+
+static void core_complete(void *arg, const struct rdmap_cqe *c)
+{
+	struct wisp_qp *qp = arg;
+	struct ibv_wc wc = {
+		.wr_id = c->wr_id,
+		.status = wc_status[c->status],
+		.opcode = wc_opcode[c->opcode],
+		.vendor_err = c->vendor_err,
+		.byte_len = c->byte_len,
+		.qp_num = qp->base.qp.qp_num,
+		.src_qp = qp->base.qp.qp_num,
+	};
+
+	if (c->with_inv) {
+		wc.wc_flags |= IBV_WC_WITH_INV;
+		wc.invalidated_rkey = c->inv_stag;
+	}
+	wisp_cq_push(c->recv ? qp->rcq : qp->scq, &wc, c->solicited);
+}
+
+static bool core_srq_pop(void *arg, struct rdmap_recv_wr *out)
+{
+	struct wisp_srq *srq = ((struct wisp_qp *)arg)->srq;
+	bool got = false, limit = false;
+
+	pthread_mutex_lock(&srq->lock);
+	if (srq->head != srq->tail) {
+		*out = srq->ring[srq->head++ & (srq->size - 1)];
+		got = true;
+		/* IBTA 10.2.9.4: the limit event fires once, when the queue
+		 * drops below the armed limit. */
+		if (srq->limit && srq->tail - srq->head < srq->limit) {
+			srq->limit = 0;
+			limit = true;
+		}
+	}
+	pthread_mutex_unlock(&srq->lock);
+	if (limit) {
+		struct ibv_async_event ev = {
+			.element.srq = &srq->base,
+			.event_type = IBV_EVENT_SRQ_LIMIT_REACHED,
+		};
+		wisp_async_event_push(srq->base.context, &ev);
+	}
+	return got;
+}
+
+static void core_fatal(void *arg, uint16_t term)
+{
+	struct wisp_qp *qp = arg;
+
+	set_state(qp, IBV_QPS_ERR);
+	if (term) {
+		struct ibv_async_event ev = {
+			.element.qp = &qp->base.qp,
+			.event_type = IBV_EVENT_QP_FATAL,
+		};
+		wisp_async_event_push(qp->base.qp.context, &ev);
+	}
+}
+
+static const struct rdmap_qp_ops core_ops = {
+	.complete = core_complete,
+	.srq_pop = core_srq_pop,
+	.fatal = core_fatal,
+};
+
+/* ------------------------------------------------------------------ */
+/* The stream, seen from the engine                                   */
+/* ------------------------------------------------------------------ */
+
+static int s_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct wisp_qp *qp = arg;
+	int ret;
+
+	pthread_mutex_lock(&qp->core_lock);
+	ret = rdmap_qp_rx_want(qp->core, iov, cap);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+static int s_rx_done(void *arg, size_t n)
+{
+	struct wisp_qp *qp = arg;
+	int ret;
+
+	pthread_mutex_lock(&qp->core_lock);
+	ret = rdmap_qp_rx_done(qp->core, n);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+static int s_tx_fill(void *arg, struct iovec *iov, int cap)
+{
+	struct wisp_qp *qp = arg;
+	int ret;
+
+	pthread_mutex_lock(&qp->core_lock);
+	ret = rdmap_qp_tx_fill(qp->core, iov, cap);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+static int s_tx_done(void *arg, size_t n)
+{
+	struct wisp_qp *qp = arg;
+	int ret;
+
+	pthread_mutex_lock(&qp->core_lock);
+	ret = rdmap_qp_tx_done(qp->core, n);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+/* Enter ERROR and flush, serialised with the data path. */
+static void core_end(struct wisp_qp *qp, int reason)
+{
+	pthread_mutex_lock(&qp->core_lock);
+	rdmap_qp_stream_ended(qp->core, reason);
+	pthread_mutex_unlock(&qp->core_lock);
+}
+
+static void s_ended(void *arg, int reason)
+{
+	struct wisp_qp *qp = arg;
+	wisp_stream_end_fn fn;
+	void *fn_arg;
+
+	/* RFC 5040 5.6 / verbs: losing the stream is fatal to the QP;
+	 * every outstanding WR is flushed. */
+	core_end(qp, reason);
+	set_state(qp, IBV_QPS_ERR);
+	pthread_mutex_lock(&qp->end_lock);
+	qp->ended = true;
+	qp->end_reason = reason;
+	fn = qp->end_fn;
+	fn_arg = qp->end_arg;
+	pthread_cond_broadcast(&qp->end_cond);
+	pthread_mutex_unlock(&qp->end_lock);
+	if (fn)
+		fn(&qp->base.qp, reason, fn_arg);
+}
+
+_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
+	       "rx_done flags pass through unchanged");
+
+static const struct glue_conn_ops stream_ops = {
+	.rx_want = s_rx_want,
+	.rx_done = s_rx_done,
+	.tx_fill = s_tx_fill,
+	.tx_done = s_tx_done,
+	.ended = s_ended,
+};
+
+/* Engine thread: close the stream unless it is already over. */
+struct close_args {
+	struct wisp_qp *qp;
+	int reason;
+	bool graceful;
+};
+
+static void close_cmd(void *arg)
+{
+	struct close_args *a = arg;
+	struct wisp_qp *qp = a->qp;
+	bool ended;
+
+	pthread_mutex_lock(&qp->end_lock);
+	ended = qp->ended;
+	pthread_mutex_unlock(&qp->end_lock);
+	if (ended)
+		return;
+	if (a->graceful) {
+		/* Flush locally now; the peer learns from the FIN. */
+		core_end(qp, 0);
+		set_state(qp, IBV_QPS_ERR);
+	}
+	glue_conn_close(qp->conn, a->reason, a->graceful);
+	glue_conn_kick(qp->conn);
+}
+
+static void stream_wait_end(struct wisp_qp *qp);
+
+static void stream_close(struct wisp_qp *qp, int reason, bool graceful)
+{
+	struct close_args a = { qp, reason, graceful };
+
+	if (qp->conn)
+		glue_engine_call(qp->engine, close_cmd, &a);
+}
+
+void wisp_qp_progress(struct wisp_qp *qp)
+{
+	/* The CQ's list lock is held: the connection cannot be freed
+	 * under us (detach_conn takes it). */
+	if (qp->conn)
+		glue_conn_recv_now(qp->conn);
+}
+
+/* Close and free the stream; off the CQ lists' view first. */
+static void detach_conn(struct wisp_qp *qp)
+{
+	struct glue_conn *c;
+
+	if (!qp->conn)
+		return;
+	stream_close(qp, ECONNABORTED, false);
+	stream_wait_end(qp);
+	wisp_cq_lock_qps(qp->scq);
+	if (qp->rcq != qp->scq)
+		wisp_cq_lock_qps(qp->rcq);
+	c = qp->conn;
+	qp->conn = NULL;
+	if (qp->rcq != qp->scq)
+		wisp_cq_unlock_qps(qp->rcq);
+	wisp_cq_unlock_qps(qp->scq);
+	glue_conn_free(c);
+}
+
+static void stream_wait_end(struct wisp_qp *qp)
+{
+	if (!qp->conn)
+		return;
+	pthread_mutex_lock(&qp->end_lock);
+	while (!qp->ended)
+		pthread_cond_wait(&qp->end_cond, &qp->end_lock);
+	pthread_mutex_unlock(&qp->end_lock);
+}
+
+int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
+			  const struct wisp_stream_params *p)
+{
+	struct wisp_qp *qp;
+	struct rdmap_stream_cfg s = { 0 };
+	enum ibv_qp_state st;
+	int mss = 0, ret;
+	socklen_t len = sizeof(mss);
+
+	if (!ibqp || !p || fd < 0 || (p->mpa_rev != 1 && p->mpa_rev != 2)) {
+		ret = EINVAL;
+		goto err_close;
+	}
+	if (p->markers) {
+		ret = EOPNOTSUPP;
+		goto err_close;
+	}
+	qp = to_wqp(ibqp);
+	st = qp_state(qp);
+	if (st != IBV_QPS_INIT && st != IBV_QPS_RTR && st != IBV_QPS_RTS) {
+		ret = EINVAL;
+		goto err_close;
+	}
+	if (qp->conn) {
+		ret = EBUSY;
+		goto err_close;
+	}
+	qp->engine = wisp_context_engine(to_wctx(ibqp->context));
+	if (!qp->engine) {
+		ret = errno;
+		goto err_close;
+	}
+	/* FPDUs no larger than the MSS (RFC 5044 section 6.1: MULPDU from
+	 * EMSS) so that every FPDU can travel in one TCP segment. */
+	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 536)
+		mss = 1460;
+	s.mulpdu = mpa_mulpdu((uint32_t)mss, false);
+	s.crc = p->crc;
+	/* Not negotiated (rev 1, or rev 2 without the enhanced words):
+	 * fall back to the QP's own attributes. */
+	s.ird = p->ird ? p->ird : qp->ird;
+	s.ord = p->ord ? p->ord : qp->ord;
+	s.rtr = p->rtr == WISP_RTR_SEND_WRITE ? RDMAP_RTR_SEND_WRITE :
+		p->rtr == WISP_RTR_SEND_READ ? RDMAP_RTR_SEND_READ :
+		p->rtr == WISP_RTR_EXPECT ? RDMAP_RTR_EXPECT : RDMAP_RTR_NONE;
+	pthread_mutex_lock(&qp->post_lock);
+	ret = -rdmap_qp_start(qp->core, &s);
+	if (!ret)
+		set_state(qp, IBV_QPS_RTS);
+	pthread_mutex_unlock(&qp->post_lock);
+	if (ret)
+		goto err_close;
+	qp->ended = false;
+	qp->conn = glue_conn_add(qp->engine, fd, &stream_ops, qp);
+	if (!qp->conn) {
+		ret = errno;
+		core_end(qp, ret);
+		set_state(qp, IBV_QPS_ERR);
+		return ret;
+	}
+	/* WRs posted between start and now were not kicked. */
+	glue_conn_kick(qp->conn);
+	return 0;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
+int wisp_qp_set_stream_end_cb(struct ibv_qp *ibqp, wisp_stream_end_fn fn,
+			      void *arg)
+{
+	struct wisp_qp *qp;
+
+	if (!ibqp)
+		return EINVAL;
+	qp = to_wqp(ibqp);
+	pthread_mutex_lock(&qp->end_lock);
+	qp->end_fn = fn;
+	qp->end_arg = arg;
+	pthread_mutex_unlock(&qp->end_lock);
+	return 0;
+}
+
+int wisp_qp_disconnect(struct ibv_qp *ibqp)
+{
+	struct wisp_qp *qp;
+
+	if (!ibqp)
+		return EINVAL;
+	qp = to_wqp(ibqp);
+	if (!qp->conn) {
+		core_end(qp, 0);
+		set_state(qp, IBV_QPS_ERR);
+		return 0;
+	}
+	stream_close(qp, 0, true);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Create / modify / query / destroy                                  */
+/* ------------------------------------------------------------------ */
+
+static int check_cap(struct ibv_qp_cap *cap, bool srq)
+{
+	if (cap->max_send_wr > WISP_MAX_QP_WR ||
+	    (!srq && cap->max_recv_wr > WISP_MAX_QP_WR) ||
+	    cap->max_send_sge > WISP_MAX_SGE ||
+	    (!srq && cap->max_recv_sge > WISP_MAX_SGE) ||
+	    cap->max_inline_data > WISP_MAX_INLINE)
+		return EINVAL;
+	/* Report what we give: the ring sizes and limits. */
+	if (!cap->max_send_wr)
+		cap->max_send_wr = 1;
+	if (srq) {
+		cap->max_recv_wr = 0;
+		cap->max_recv_sge = 0;
+	} else if (!cap->max_recv_wr) {
+		cap->max_recv_wr = 1;
+	}
+	cap->max_send_sge = WISP_MAX_SGE;
+	if (!srq)
+		cap->max_recv_sge = WISP_MAX_SGE;
+	cap->max_inline_data = WISP_MAX_INLINE;
+	return 0;
+}
+
+static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
+				struct ibv_qp_init_attr *attr)
+{
+	struct rdmap_qp_cfg cfg = { 0 };
+	struct wisp_qp *qp;
+	int ret = EINVAL;
+
+	if (!pd || !attr || !attr->send_cq || !attr->recv_cq)
+		goto err;
+	if (attr->qp_type != IBV_QPT_RC) {
+		ret = EOPNOTSUPP;     /* iWARP is RC only */
+		goto err;
+	}
+	ret = check_cap(&attr->cap, attr->srq != NULL);
+	if (ret)
+		goto err;
+	ret = ENOMEM;
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		goto err;
+	pthread_mutex_init(&qp->post_lock, NULL);
+	pthread_mutex_init(&qp->core_lock, NULL);
+	pthread_mutex_init(&qp->end_lock, NULL);
+	pthread_cond_init(&qp->end_cond, NULL);
+	cfg.pd = pd;
+	cfg.stags = wisp_context_stags(to_wctx(ctx));
+	cfg.ops = &core_ops;
+	cfg.ops_arg = qp;
+	cfg.use_srq = attr->srq != NULL;
+	cfg.sq_size = attr->cap.max_send_wr;
+	cfg.rq_size = attr->cap.max_recv_wr;
+	cfg.post_lock = &qp->post_lock;
+	if (!cfg.stags)
+		goto err_free;
+	qp->core = rdmap_qp_create(&cfg);
+	if (!qp->core)
+		goto err_free;
+	qp->cap = attr->cap;
+	qp->sq_sig_all = attr->sq_sig_all;
+	qp->scq = to_wcq(attr->send_cq);
+	qp->rcq = to_wcq(attr->recv_cq);
+	qp->srq = attr->srq ? to_wsrq(attr->srq) : NULL;
+	qp->ord = 16;
+	qp->ird = 16;
+	if (wisp_cq_add_qp(qp->scq, qp))
+		goto err_core;
+	if (qp->rcq != qp->scq && wisp_cq_add_qp(qp->rcq, qp)) {
+		wisp_cq_del_qp(qp->scq, qp);
+		goto err_core;
+	}
+	atomic_fetch_add(&qp->scq->users, 1);
+	atomic_fetch_add(&qp->rcq->users, 1);
+	qp->base.qp.context = ctx;
+	qp->base.qp.qp_context = attr->qp_context;
+	qp->base.qp.pd = pd;
+	qp->base.qp.send_cq = attr->send_cq;
+	qp->base.qp.recv_cq = attr->recv_cq;
+	qp->base.qp.srq = attr->srq;
+	qp->base.qp.qp_type = IBV_QPT_RC;
+	qp->base.qp.qp_num = atomic_fetch_add(&next_qpn, 1) & 0xffffff;
+	qp->base.qp.handle = qp->base.qp.qp_num;
+	pthread_mutex_init(&qp->base.qp.mutex, NULL);
+	pthread_cond_init(&qp->base.qp.cond, NULL);
+	set_state(qp, IBV_QPS_RESET);
+	wisp_pd_get(pd);
+	return &qp->base.qp;
+
+err_core:
+	rdmap_qp_destroy(qp->core);
+err_free:
+	pthread_cond_destroy(&qp->end_cond);
+	pthread_mutex_destroy(&qp->end_lock);
+	pthread_mutex_destroy(&qp->core_lock);
+	pthread_mutex_destroy(&qp->post_lock);
+	free(qp);
+err:
+	errno = ret;
+	return NULL;
+}
+
+struct ibv_qp *wisp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return create_qp(pd->context, pd, attr);
+}
+
+struct ibv_qp *wisp_create_qp_ex(struct ibv_context *ctx,
+				 struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_init_attr a;
+	struct ibv_qp *qp;
+
+	if (!attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* The new post API (ibv_wr_*), XRC, RSS and TSO are not offered. */
+	if (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	a = (struct ibv_qp_init_attr){
+		.qp_context = attr->qp_context,
+		.send_cq = attr->send_cq,
+		.recv_cq = attr->recv_cq,
+		.srq = attr->srq,
+		.cap = attr->cap,
+		.qp_type = attr->qp_type,
+		.sq_sig_all = attr->sq_sig_all,
+	};
+	qp = create_qp(ctx, attr->pd, &a);
+	if (qp)
+		attr->cap = a.cap;
+	return qp;
+}
+
+/* IBTA 10.3.1 state transitions, as far as an iWARP RC QP has them. */
+static bool transition_ok(enum ibv_qp_state from, enum ibv_qp_state to)
+{
+	if (to == IBV_QPS_RESET || to == IBV_QPS_ERR)
+		return true;
+	switch (from) {
+	case IBV_QPS_RESET:
+		return to == IBV_QPS_INIT;
+	case IBV_QPS_INIT:
+		return to == IBV_QPS_INIT || to == IBV_QPS_RTR;
+	case IBV_QPS_RTR:
+		return to == IBV_QPS_RTS;
+	case IBV_QPS_RTS:
+		return to == IBV_QPS_RTS || to == IBV_QPS_SQD;
+	default:
+		return false;
+	}
+}
+
+/* Back to RESET: a fresh core (empty rings, MSNs restarted). */
+static int reset_core(struct wisp_qp *qp)
+{
+	struct rdmap_qp_cfg cfg = {
+		.pd = qp->base.qp.pd,
+		.stags = to_wctx(qp->base.qp.context)->stags,
+		.ops = &core_ops,
+		.ops_arg = qp,
+		.use_srq = qp->srq != NULL,
+		.sq_size = qp->cap.max_send_wr,
+		.rq_size = qp->cap.max_recv_wr,
+		.post_lock = &qp->post_lock,
+	};
+	struct rdmap_qp *core;
+
+	detach_conn(qp);
+	core = rdmap_qp_create(&cfg);
+	if (!core)
+		return ENOMEM;
+	pthread_mutex_lock(&qp->post_lock);
+	rdmap_qp_destroy(qp->core);
+	qp->core = core;
+	pthread_mutex_unlock(&qp->post_lock);
+	return 0;
+}
+
+int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
+		   int mask)
+{
+	struct wisp_qp *qp;
+	enum ibv_qp_state cur, to;
+	int ret;
+
+	if (!ibqp || !attr)
+		return EINVAL;
+	qp = to_wqp(ibqp);
+	cur = qp_state(qp);
+	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
+		return EINVAL;
+	to = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+	if ((mask & IBV_QP_STATE) && !transition_ok(cur, to))
+		return EINVAL;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
+		if (attr->max_rd_atomic > WISP_MAX_ORD)
+			return EINVAL;
+		qp->ord = attr->max_rd_atomic;
+	}
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+		if (attr->max_dest_rd_atomic > WISP_MAX_IRD)
+			return EINVAL;
+		qp->ird = attr->max_dest_rd_atomic;
+	}
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		qp->access_flags = attr->qp_access_flags;
+	if (!(mask & IBV_QP_STATE) || to == cur)
+		return 0;
+
+	switch (to) {
+	case IBV_QPS_RESET:
+		ret = reset_core(qp);
+		if (ret)
+			return ret;
+		break;
+	case IBV_QPS_ERR:
+		if (qp->conn) {
+			stream_close(qp, ECONNABORTED, false);
+		} else {
+			core_end(qp, 0);
+			pthread_mutex_lock(&qp->post_lock);
+			rdmap_qp_flush_idle(qp->core);
+			pthread_mutex_unlock(&qp->post_lock);
+		}
+		break;
+	case IBV_QPS_SQD:
+		return EOPNOTSUPP;
+	default:
+		break;
+	}
+	set_state(qp, to);
+	return 0;
+}
+
+int wisp_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
+		  struct ibv_qp_init_attr *init)
+{
+	struct wisp_qp *qp;
+
+	(void)mask;               /* everything is cheap: fill it all */
+	if (!ibqp || !attr || !init)
+		return EINVAL;
+	qp = to_wqp(ibqp);
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = qp_state(qp);
+	attr->cur_qp_state = attr->qp_state;
+	attr->path_mtu = IBV_MTU_1024;
+	attr->qp_access_flags = qp->access_flags;
+	attr->cap = qp->cap;
+	attr->max_rd_atomic = qp->ord;
+	attr->max_dest_rd_atomic = qp->ird;
+	attr->port_num = 1;
+	memset(init, 0, sizeof(*init));
+	init->qp_context = ibqp->qp_context;
+	init->send_cq = ibqp->send_cq;
+	init->recv_cq = ibqp->recv_cq;
+	init->srq = ibqp->srq;
+	init->cap = qp->cap;
+	init->qp_type = IBV_QPT_RC;
+	init->sq_sig_all = qp->sq_sig_all;
+	return 0;
+}
+
+int wisp_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct wisp_qp *qp;
+
+	if (!ibqp)
+		return EINVAL;
+	qp = to_wqp(ibqp);
+	detach_conn(qp);
+	wisp_cq_del_qp(qp->scq, qp);
+	if (qp->rcq != qp->scq)
+		wisp_cq_del_qp(qp->rcq, qp);
+	rdmap_qp_destroy(qp->core);
+	wisp_pd_put(ibqp->pd);
+	atomic_fetch_sub(&qp->scq->users, 1);
+	atomic_fetch_sub(&qp->rcq->users, 1);
+	pthread_cond_destroy(&qp->end_cond);
+	pthread_mutex_destroy(&qp->end_lock);
+	pthread_mutex_destroy(&qp->core_lock);
+	pthread_mutex_destroy(&qp->post_lock);
+	pthread_cond_destroy(&ibqp->cond);
+	pthread_mutex_destroy(&ibqp->mutex);
+	free(qp);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Posting                                                            */
+/* ------------------------------------------------------------------ */
+
+static int conv_send(struct wisp_qp *qp, const struct ibv_send_wr *wr,
+		     struct rdmap_send_wr *w)
+{
+	uint64_t len = 0;
+
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+		w->opcode = RDMAP_WR_SEND;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		w->opcode = RDMAP_WR_SEND_INV;
+		w->inv_stag = wr->invalidate_rkey;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		w->opcode = RDMAP_WR_WRITE;
+		break;
+	case IBV_WR_RDMA_READ:
+		w->opcode = RDMAP_WR_READ;
+		break;
+	default:
+		/* Immediate data and atomics are RFC 7306; not yet. */
+		return EOPNOTSUPP;
+	}
+	if (wr->num_sge < 0 || wr->num_sge > WISP_MAX_SGE)
+		return EINVAL;
+	w->wr_id = wr->wr_id;
+	w->flags = 0;
+	if ((wr->send_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all)
+		w->flags |= RDMAP_WR_SIGNALED;
+	if (wr->send_flags & IBV_SEND_SOLICITED)
+		w->flags |= RDMAP_WR_SOLICITED;
+	if (wr->send_flags & IBV_SEND_FENCE)
+		w->flags |= RDMAP_WR_FENCE;
+	w->rkey = wr->wr.rdma.rkey;
+	w->remote_addr = wr->wr.rdma.remote_addr;
+	w->num_sge = (uint8_t)wr->num_sge;
+	memset(&w->sge[0], 0, sizeof(w->sge[0]));
+	for (int i = 0; i < wr->num_sge; i++) {
+		w->sge[i].addr = wr->sg_list[i].addr;
+		w->sge[i].length = wr->sg_list[i].length;
+		w->sge[i].lkey = wr->sg_list[i].lkey;
+		len += wr->sg_list[i].length;
+	}
+	if (len >= (1ull << 32))
+		return EINVAL;    /* RFC 5041 5.2: messages below 2^32 */
+	w->length = len;
+	if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ) {
+		size_t off = 0;
+
+		if (len > WISP_MAX_INLINE)
+			return EINVAL;
+		/* Inline: the data is copied now, the buffer may be reused
+		 * as soon as ibv_post_send returns; no lkey is needed. */
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(w->inline_data + off,
+			       (const void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			off += wr->sg_list[i].length;
+		}
+		w->flags |= RDMAP_WR_INLINE;
+	}
+	return 0;
+}
+
+int wisp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+		   struct ibv_send_wr **bad_wr)
+{
+	struct wisp_qp *qp = to_wqp(ibqp);
+	struct rdmap_ring *sq = rdmap_qp_sq(qp->core);
+	enum ibv_qp_state st;
+	uint32_t tail, head;
+	int ret = 0;
+	bool flush;
+
+	pthread_mutex_lock(&qp->post_lock);
+	st = qp_state(qp);
+	flush = st == IBV_QPS_ERR;
+	if (st != IBV_QPS_RTS && !flush) {
+		ret = EINVAL;
+		*bad_wr = wr;
+		goto out;
+	}
+	tail = atomic_load_explicit(&sq->tail, memory_order_relaxed);
+	for (; wr; wr = wr->next) {
+		head = atomic_load_explicit(&sq->head, memory_order_acquire);
+		if (tail - head >= qp->cap.max_send_wr) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = conv_send(qp, wr, rdmap_ring_slot(sq, tail));
+		if (ret)
+			break;
+		tail++;
+	}
+	atomic_store_explicit(&sq->tail, tail, memory_order_release);
+	if (ret)
+		*bad_wr = wr;
+	if (flush || rdmap_qp_state(qp->core) == RDMAP_QP_ERROR)
+		rdmap_qp_flush_idle(qp->core);
+out:
+	pthread_mutex_unlock(&qp->post_lock);
+	/* Send on this thread when the engine is not sending: one thread
+	 * hand-off less per message. Otherwise the engine picks it up. */
+	if (qp->conn && !flush && !glue_conn_send_now(qp->conn))
+		glue_conn_kick(qp->conn);
+	return ret;
+}
+
+static int conv_recv(const struct ibv_recv_wr *wr, struct rdmap_recv_wr *r,
+		     uint32_t max_sge)
+{
+	uint64_t len = 0;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
+		return EINVAL;
+	r->wr_id = wr->wr_id;
+	r->num_sge = (uint8_t)wr->num_sge;
+	for (int i = 0; i < wr->num_sge; i++) {
+		r->sge[i].addr = wr->sg_list[i].addr;
+		r->sge[i].length = wr->sg_list[i].length;
+		r->sge[i].lkey = wr->sg_list[i].lkey;
+		len += wr->sg_list[i].length;
+	}
+	r->length = len;
+	return 0;
+}
+
+int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
+		   struct ibv_recv_wr **bad_wr)
+{
+	struct wisp_qp *qp = to_wqp(ibqp);
+	struct rdmap_ring *rq = rdmap_qp_rq(qp->core);
+	enum ibv_qp_state st;
+	uint32_t tail, head;
+	int ret = 0;
+
+	pthread_mutex_lock(&qp->post_lock);
+	st = qp_state(qp);
+	if (qp->srq || st == IBV_QPS_RESET) {
+		ret = EINVAL;
+		*bad_wr = wr;
+		goto out;
+	}
+	tail = atomic_load_explicit(&rq->tail, memory_order_relaxed);
+	for (; wr; wr = wr->next) {
+		head = atomic_load_explicit(&rq->head, memory_order_acquire);
+		if (tail - head >= qp->cap.max_recv_wr) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = conv_recv(wr, rdmap_ring_slot(rq, tail), WISP_MAX_SGE);
+		if (ret)
+			break;
+		tail++;
+	}
+	atomic_store_explicit(&rq->tail, tail, memory_order_release);
+	if (ret)
+		*bad_wr = wr;
+	if (st == IBV_QPS_ERR || rdmap_qp_state(qp->core) == RDMAP_QP_ERROR)
+		rdmap_qp_flush_idle(qp->core);
+out:
+	pthread_mutex_unlock(&qp->post_lock);
+	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared receive queues                                              */
+/* ------------------------------------------------------------------ */
+
+static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_attr *a,
+				  void *srq_context)
+{
+	struct wisp_srq *srq;
+	uint32_t size = 1;
+
+	if (!pd || !a || a->max_wr == 0 || a->max_wr > WISP_MAX_SRQ_WR ||
+	    a->max_sge > WISP_MAX_SGE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	while (size < a->max_wr)
+		size <<= 1;
+	srq = calloc(1, sizeof(*srq));
+	if (srq)
+		srq->ring = calloc(size, sizeof(*srq->ring));
+	if (!srq || !srq->ring) {
+		free(srq);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&srq->lock, NULL);
+	srq->size = size;
+	srq->max_wr = a->max_wr;
+	srq->max_sge = a->max_sge ? a->max_sge : 1;
+	srq->limit = a->srq_limit;
+	srq->base.context = pd->context;
+	srq->base.pd = pd;
+	srq->base.srq_context = srq_context;
+	pthread_mutex_init(&srq->base.mutex, NULL);
+	pthread_cond_init(&srq->base.cond, NULL);
+	a->max_sge = srq->max_sge;
+	wisp_pd_get(pd);
+	return &srq->base;
+}
+
+struct ibv_srq *wisp_create_srq(struct ibv_pd *pd,
+				struct ibv_srq_init_attr *attr)
+{
+	if (!attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return create_srq(pd, &attr->attr, attr->srq_context);
+}
+
+struct ibv_srq *wisp_create_srq_ex(struct ibv_context *ctx,
+				   struct ibv_srq_init_attr_ex *attr)
+{
+	(void)ctx;
+	if (!attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
+	    attr->srq_type != IBV_SRQT_BASIC) {
+		errno = EOPNOTSUPP;   /* XRC and tag matching */
+		return NULL;
+	}
+	return create_srq(attr->pd, &attr->attr, attr->srq_context);
+}
+
+int wisp_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
+		    int mask)
+{
+	struct wisp_srq *srq;
+
+	if (!ibsrq || !attr)
+		return EINVAL;
+	srq = to_wsrq(ibsrq);
+	if (mask & IBV_SRQ_MAX_WR)
+		return EOPNOTSUPP;    /* resizing is not offered */
+	if (mask & IBV_SRQ_LIMIT) {
+		if (attr->srq_limit > srq->max_wr)
+			return EINVAL;
+		pthread_mutex_lock(&srq->lock);
+		srq->limit = attr->srq_limit;
+		pthread_mutex_unlock(&srq->lock);
+	}
+	return 0;
+}
+
+int wisp_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
+{
+	struct wisp_srq *srq;
+
+	if (!ibsrq || !attr)
+		return EINVAL;
+	srq = to_wsrq(ibsrq);
+	pthread_mutex_lock(&srq->lock);
+	attr->max_wr = srq->max_wr;
+	attr->max_sge = srq->max_sge;
+	attr->srq_limit = srq->limit;
+	pthread_mutex_unlock(&srq->lock);
+	return 0;
+}
+
+int wisp_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct wisp_srq *srq;
+
+	if (!ibsrq)
+		return EINVAL;
+	srq = to_wsrq(ibsrq);
+	wisp_pd_put(ibsrq->pd);
+	pthread_mutex_destroy(&srq->lock);
+	pthread_cond_destroy(&ibsrq->cond);
+	pthread_mutex_destroy(&ibsrq->mutex);
+	free(srq->ring);
+	free(srq);
+	return 0;
+}
+
+int wisp_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad_wr)
+{
+	struct wisp_srq *srq = to_wsrq(ibsrq);
+	int ret = 0;
+
+	pthread_mutex_lock(&srq->lock);
+	for (; wr; wr = wr->next) {
+		if (srq->tail - srq->head >= srq->max_wr) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = conv_recv(wr, &srq->ring[srq->tail & (srq->size - 1)],
+				srq->max_sge);
+		if (ret)
+			break;
+		srq->tail++;
+	}
+	pthread_mutex_unlock(&srq->lock);
+	if (ret)
+		*bad_wr = wr;
+	return ret;
+}
