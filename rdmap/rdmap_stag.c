@@ -76,7 +76,8 @@ int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 		ret = -ENOSPC;
 		goto out;
 	}
-	mr->stag = index << RDMAP_STAG_KEY_BITS | random_key();
+	mr->stag = index << RDMAP_STAG_KEY_BITS |
+		   (t->fixed_key ? t->fixed_key : random_key());
 	atomic_init(&mr->refs, 0);
 	atomic_init(&mr->valid, true);
 	atomic_store_explicit(slot(t, index), mr, memory_order_release);

@@ -50,6 +50,7 @@ struct rdmap_stag_table {
 	uint32_t *free_idx;       /* stack of reusable indexes */
 	uint32_t nfree, free_cap;
 	uint32_t max_index;
+	uint8_t fixed_key;        /* tests and fuzzing only: not 0 = use it */
 };
 
 /* Returns 0 or -ENOMEM. max_entries is capped at 2^24 - 1. */

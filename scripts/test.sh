@@ -8,7 +8,11 @@
 #   2. builds again with AddressSanitizer + UBSan, runs the same suites;
 #   3. builds the libFuzzer targets with clang, runs each on its seed
 #      corpus for WISP_FUZZ_SECONDS (default 30) seconds;
-#   4. runs cppcheck over wisp's sources.
+#   4. runs cppcheck over wisp's sources;
+#   5. checks the ABI of the drop-in libibverbs.so.1 against Debian's and
+#      runs Debian's ibv_devinfo over it (scripts/abi-check.sh);
+#   6. runs the side-by-side benchmark briefly (figures only: a slow run
+#      fails nothing, a data mismatch does).
 # It ends with one line "wisp: N passed, M failed" (each unit test of each
 # build counts once, and so does each build, fuzz target and cppcheck) and
 # exits non-zero if anything failed.
@@ -27,6 +31,7 @@ packages=(
 	clang llvm libclang-rt-14-dev
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
 	libcriterion-dev cppcheck
+	ibverbs-utils rdmacm-utils perftest
 )
 
 log() { printf '\n=== %s\n' "$*"; }
@@ -129,11 +134,20 @@ run_fuzzers() {
 }
 
 run_cppcheck() {
+	local dirs=("$top/mpa" "$top/ddp" "$top/rdmap" "$top/tcp-glue"
+		    "$top/verbs-provider" "$top/tests/fuzz")
+
+	[ -d "$top/bench" ] && dirs+=("$top/bench")
 	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
 		--enable=warning,style,performance,portability \
 		--suppress=missingIncludeSystem \
-		-I "$top/mpa" -I "$top/ddp" -I "$top/rdmap" \
-		"$top/mpa" "$top/ddp" "$top/rdmap" "$top/tests/fuzz"
+		-I "$top/mpa" -I "$top/ddp" -I "$top/rdmap" -I "$top/tcp-glue" \
+		-I "$top/verbs-provider" -I "$top/verbs-provider/ibverbs" \
+		"${dirs[@]}"
+}
+
+run_bench() {
+	"$1/bench/wisp_bench" --seconds 1 --iters 5000 --engine both
 }
 
 if [ "${WISP_SKIP_DEPS:-0}" != 1 ]; then
@@ -154,6 +168,10 @@ step "build fuzz targets (clang, libFuzzer)" configure_build "$build/fuzz" \
 step "fuzz each target for ${fuzz_seconds}s" run_fuzzers "$build/fuzz"
 
 step "cppcheck" run_cppcheck
+
+step "ABI of libibverbs.so.1, Debian's ibv_devinfo over wisp" \
+	"$top/scripts/abi-check.sh" "$build/release"
+step "benchmark: wisp next to raw TCP on loopback" run_bench "$build/release"
 
 echo
 for f in "${failures[@]}"; do echo "failed step: $f"; done

@@ -124,6 +124,27 @@ def main():
           term_ctrl + struct.pack(">H", 14) + tagged(0, True, 5, 0))
     write(t, "bad-version", b"\x00" + view + bytes([0xC2, 0x80]) + bytes(12))
 
+    # fuzz_qp_rx: whole streams into a QP with MRs 0x15a (TO 0x10000) and
+    # 0x25a (TO 0x20000), 4096 octets each, and two receives posted.
+    t = "fuzz_qp_rx"
+    w = tagged(0, True, 0x15A, 0x10000 + 100) + bytes(range(200))
+    snd = untagged(3, False, 0, 0, 1, 0) + b"a" * 900
+    snd2 = untagged(3, True, 0, 0, 1, 900) + b"b" * 300
+    rr = untagged(1, True, 0, 1, 1, 0) + \
+        struct.pack(">IQIIQ", 0x99, 0x5000, 3000, 0x25A, 0x20000)
+    inv = untagged(6, True, 0x15A, 0, 2, 0) + b"c" * 10
+    term = untagged(7, True, 0, 2, 1, 0) + \
+        struct.pack(">I", (1 << 28) | (1 << 24) | 0x8000 | 0x4000) + \
+        struct.pack(">H", 14) + tagged(0, True, 5, 0)
+    for crc in (0, 1):
+        for cfg in (crc, crc | 2, crc | 4, crc | 8):
+            write(t, f"mixed-cfg{cfg}", bytes([cfg]) +
+                  fpdu_stream([w, snd, snd2, rr, inv], crc, False))
+        write(t, f"terminate-crc{crc}", bytes([crc]) +
+              fpdu_stream([w, term], crc, False))
+        write(t, f"write-oob-crc{crc}", bytes([crc]) + fpdu_stream(
+            [tagged(0, True, 0x15A, 0x10000 + 4000) + bytes(200)], crc, False))
+
 
 if __name__ == "__main__":
     main()

@@ -250,7 +250,7 @@ out:
 	return ret;
 }
 
-void wisp_cq_del_qp(struct wisp_cq *cq, struct wisp_qp *qp)
+void wisp_cq_del_qp(struct wisp_cq *cq, const struct wisp_qp *qp)
 {
 	pthread_mutex_lock(&cq->qps_lock);
 	for (int i = 0; i < cq->nqps; i++) {

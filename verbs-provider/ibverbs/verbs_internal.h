@@ -44,7 +44,7 @@ void wisp_qp_progress(struct wisp_qp *qp);
 
 /* Add / remove qp on cq's list (verbs_cq.c). */
 int wisp_cq_add_qp(struct wisp_cq *cq, struct wisp_qp *qp);
-void wisp_cq_del_qp(struct wisp_cq *cq, struct wisp_qp *qp);
+void wisp_cq_del_qp(struct wisp_cq *cq, const struct wisp_qp *qp);
 void wisp_cq_lock_qps(struct wisp_cq *cq);
 void wisp_cq_unlock_qps(struct wisp_cq *cq);
 
