@@ -143,6 +143,7 @@ run_cppcheck() {
 		--suppress=missingIncludeSystem \
 		-I "$top/mpa" -I "$top/ddp" -I "$top/rdmap" -I "$top/tcp-glue" \
 		-I "$top/verbs-provider" -I "$top/verbs-provider/ibverbs" \
+		-I "$top/verbs-provider/rdmacm" \
 		"${dirs[@]}"
 }
 

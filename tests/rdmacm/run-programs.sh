@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# Debian's unmodified rdma_cm programs (rdmacm-utils) over wisp, through
+# scripts/wisp-run, on 127.0.0.1 and ::1. Every process runs under
+# timeout(1): a hang is a failure, never a stuck test run.
+#
+#   tests/rdmacm/run-programs.sh             all cases
+#   tests/rdmacm/run-programs.sh CASE...     some cases
+#   tests/rdmacm/run-programs.sh --list      the case names
+#
+# Environment: WISP_LIB_DIR (the folder with wisp's libibverbs.so.1 and
+# librdmacm.so.1; default build/release/lib), WISP_TEST_LOGS (where the
+# programs' output goes; default a temporary folder, kept on failure).
+# Exit status: 0 all passed, 1 some failed, 77 rdmacm-utils not installed.
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+run="$top/scripts/wisp-run"
+logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rdmacm.XXXXXX)}
+mkdir -p "$logs"
+port=$((20000 + ($$ % 2000) * 10))
+
+cases=(
+	rping_ipv4 rping_ipv6 rping_sizes rping_mpa_rev1 rping_crc
+	rping_rtr_write rping_no_p2p
+	rdma_server_client_ipv4 rdma_server_client_ipv6
+	ucmatose_ipv4 ucmatose_ipv6_migrate
+	refused_rping_ipv4 refused_rping_ipv6 refused_rdma_client
+	rejected_ucmatose mpa_timeout_rping bad_config
+)
+
+need() {
+	command -v "$1" >/dev/null 2>&1
+}
+
+# wait_listen PORT: until something listens on TCP PORT (5 s at most).
+wait_listen() {
+	for _ in $(seq 50); do
+		if need ss; then
+			[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
+		fi
+		sleep 0.1
+	done
+	need ss || return 0
+	return 1
+}
+
+next_port() {
+	port=$((port + 1))
+}
+
+# server_client NAME SERVER_CMD... -- CLIENT_CMD...: start the server,
+# wait for its port, run the client; both must exit 0 in time.
+server_client() {
+	local name=$1 srv=() cli=() spid src crc
+	shift
+	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	timeout 60 "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
+	spid=$!
+	if ! wait_listen "$port"; then
+		echo "server did not listen on $port" >&2
+		kill "$spid" 2>/dev/null
+		wait "$spid" 2>/dev/null
+		return 1
+	fi
+	timeout 60 "$run" "${cli[@]}" >"$logs/$name.client" 2>&1
+	crc=$?
+	wait "$spid"
+	src=$?
+	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
+		echo "client exit $crc, server exit $src (logs: $logs/$name.*)" >&2
+		tail -n 5 "$logs/$name.client" "$logs/$name.server" >&2
+		return 1
+	fi
+	return 0
+}
+
+# rping with data verification: COUNT pings of SIZE must arrive both ways.
+rping_pair() {
+	local name=$1 addr=$2 size=$3 count=10 n
+	shift 3
+	next_port
+	env "$@" true || return 1
+	server_client "$name" env "$@" rping -s -a "$addr" -p "$port" -C $count \
+		-v -V -S "$size" -- \
+		env "$@" rping -c -a "$addr" -p "$port" -C $count -v -V -S "$size" ||
+		return 1
+	n=$(grep -c "^ping data" "$logs/$name.client")
+	[ "$n" -eq $count ] || { echo "client printed $n pings, not $count" >&2; return 1; }
+	n=$(grep -c "^server ping data" "$logs/$name.server")
+	[ "$n" -eq $count ] || { echo "server printed $n pings, not $count" >&2; return 1; }
+}
+
+rping_ipv4() { rping_pair rping_ipv4 127.0.0.1 100; }
+rping_ipv6() { rping_pair rping_ipv6 ::1 100; }
+rping_sizes() {
+	local s
+	for s in 64 1000 4096 65000; do
+		rping_pair "rping_size_$s" 127.0.0.1 "$s" || return 1
+	done
+}
+rping_mpa_rev1() { rping_pair rping_mpa_rev1 127.0.0.1 1000 WISP_MPA_REV=1; }
+rping_crc() { rping_pair rping_crc ::1 1000 WISP_CRC=1; }
+rping_rtr_write() { rping_pair rping_rtr_write 127.0.0.1 1000 WISP_RTR=write; }
+rping_no_p2p() { rping_pair rping_no_p2p 127.0.0.1 1000 WISP_P2P=0; }
+
+rdma_pair() {
+	next_port
+	server_client "$1" rdma_server -s "$2" -p "$port" -- \
+		rdma_client -s "$2" -p "$port" || return 1
+	grep -q "rdma_client: end 0" "$logs/$1.client"
+}
+rdma_server_client_ipv4() { rdma_pair rdma_server_client_ipv4 127.0.0.1; }
+rdma_server_client_ipv6() { rdma_pair rdma_server_client_ipv6 ::1; }
+
+ucmatose_ipv4() {
+	next_port
+	server_client ucmatose_ipv4 ucmatose -p "$port" -c 2 -C 20 -- \
+		ucmatose -s 127.0.0.1 -p "$port" -c 2 -C 20
+}
+ucmatose_ipv6_migrate() {
+	next_port
+	server_client ucmatose_ipv6_migrate ucmatose -b ::1 -p "$port" -m \
+		-c 2 -C 20 -- ucmatose -s ::1 -p "$port" -m -c 2 -C 20 || return 1
+	grep -q "migrating to new event channel" "$logs/ucmatose_ipv6_migrate.server"
+}
+
+# A port nobody listens on: UNREACHABLE (connection refused) at once.
+refused_rping() {
+	local name=$1 addr=$2 t0 t1 rc
+	next_port
+	t0=$(date +%s%N)
+	timeout 10 "$run" rping -c -a "$addr" -p "$port" -C 1 >"$logs/$name" 2>&1
+	rc=$?
+	t1=$(date +%s%N)
+	[ "$rc" -ne 124 ] || { echo "rping hung" >&2; return 1; }
+	grep -q "RDMA_CM_EVENT_UNREACHABLE, error -111" "$logs/$name" ||
+		{ cat "$logs/$name" >&2; return 1; }
+	[ $(((t1 - t0) / 1000000)) -lt 2000 ] ||
+		{ echo "took $(((t1 - t0) / 1000000)) ms" >&2; return 1; }
+}
+refused_rping_ipv4() { refused_rping refused_rping_ipv4 127.0.0.1; }
+refused_rping_ipv6() { refused_rping refused_rping_ipv6 ::1; }
+refused_rdma_client() {
+	local rc
+	next_port
+	timeout 10 "$run" rdma_client -s 127.0.0.1 -p "$port" \
+		>"$logs/refused_rdma_client" 2>&1
+	rc=$?
+	[ "$rc" -ne 124 ] && [ "$rc" -ne 0 ] &&
+		grep -q "rdma_connect: Connection refused" "$logs/refused_rdma_client" ||
+		{ cat "$logs/refused_rdma_client" >&2; return 1; }
+}
+
+# cmatose's connect_handler rejects a request it cannot serve: asked for
+# 40000 messages, the server cannot make a QP that deep (wisp0 allows
+# 32768 WRs) and calls rdma_reject. The client must see REJECTED (the
+# MPA Reply with R set) at once, and nobody may hang.
+rejected_ucmatose() {
+	local spid rc
+	next_port
+	timeout 20 "$run" ucmatose -p "$port" -c 1 -C 40000 \
+		>"$logs/rejected_ucmatose.server" 2>&1 &
+	spid=$!
+	wait_listen "$port" || { kill "$spid"; return 1; }
+	timeout 20 "$run" ucmatose -s 127.0.0.1 -p "$port" -c 1 -C 10 \
+		>"$logs/rejected_ucmatose.client" 2>&1
+	rc=$?
+	wait "$spid"
+	[ "$rc" -ne 124 ] || { echo "client hung" >&2; return 1; }
+	grep -q "RDMA_CM_EVENT_REJECTED, error: -111" "$logs/rejected_ucmatose.client" &&
+		grep -q "failing connection request" "$logs/rejected_ucmatose.server" ||
+		{ cat "$logs"/rejected_ucmatose.* >&2; return 1; }
+}
+
+# A TCP listener that never answers the MPA Request: UNREACHABLE
+# (timed out) after WISP_MPA_TIMEOUT_MS, not a hang.
+mpa_timeout_rping() {
+	local lpid rc
+	need python3 || { echo "(python3 missing: skipped)"; return 0; }
+	next_port
+	python3 -c 'import socket,sys,time
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4); time.sleep(20)' "$port" &
+	lpid=$!
+	wait_listen "$port" || { kill "$lpid"; return 1; }
+	WISP_MPA_TIMEOUT_MS=500 timeout 10 "$run" rping -c -a 127.0.0.1 \
+		-p "$port" -C 1 >"$logs/mpa_timeout_rping" 2>&1
+	rc=$?
+	kill "$lpid" 2>/dev/null
+	wait "$lpid" 2>/dev/null
+	[ "$rc" -ne 124 ] &&
+		grep -q "RDMA_CM_EVENT_UNREACHABLE, error -110" "$logs/mpa_timeout_rping" ||
+		{ cat "$logs/mpa_timeout_rping" >&2; return 1; }
+}
+
+# A bad WISP_* value names the variable and fails the program cleanly.
+bad_config() {
+	WISP_CRC=yes timeout 10 "$run" rping -c -a 127.0.0.1 -p 1 \
+		>"$logs/bad_config" 2>&1
+	grep -q 'WISP_CRC="yes" is not valid; accepted values: 0, 1' \
+		"$logs/bad_config" || { cat "$logs/bad_config" >&2; return 1; }
+}
+
+case "${1:-}" in
+--list)
+	printf '%s\n' "${cases[@]}"
+	exit 0
+	;;
+-h|--help)
+	sed -n '2,15p' "$0"
+	exit 0
+	;;
+esac
+
+for p in rping rdma_server rdma_client ucmatose; do
+	if ! need "$p"; then
+		echo "rdmacm programs: $p not installed (apt-get install rdmacm-utils): skipped"
+		exit 77
+	fi
+done
+
+# An AddressSanitizer build of wisp loads into programs that are not
+# instrumented: its runtime must come first, and their own leaks at exit
+# are not ours to report.
+libdir=${WISP_LIB_DIR:-$top/build/release/lib}
+asan=$(ldd "$libdir/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
+if [ -n "$asan" ]; then
+	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+
+selected=("$@")
+[ ${#selected[@]} -gt 0 ] || selected=("${cases[@]}")
+passed=0
+failed=0
+for c in "${selected[@]}"; do
+	if ! declare -F "$c" >/dev/null; then
+		echo "unknown case $c (--list shows them)" >&2
+		failed=$((failed + 1))
+		continue
+	fi
+	t0=$(date +%s%N)
+	if "$c"; then
+		echo "[PASS] rdmacm_programs::$c ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
+		passed=$((passed + 1))
+	else
+		echo "[FAIL] rdmacm_programs::$c"
+		failed=$((failed + 1))
+	fi
+done
+if [ "$failed" -eq 0 ]; then
+	echo "rdmacm programs: $passed passed, 0 failed"
+	[ -n "${WISP_TEST_LOGS:-}" ] || rm -rf "$logs"
+	exit 0
+fi
+echo "rdmacm programs: $passed passed, $failed failed (logs in $logs)"
+exit 1

@@ -1,0 +1,917 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wisp's librdmacm.so.1 through the public rdma_cma.h API, both ends in
+ * one process on loopback (IPv4 and IPv6): the event sequences rdma_cm
+ * programs expect, private data both ways, refusals (TCP refused, MPA
+ * timeout, the application's reject, MPA's own reject of markers, a
+ * non-MPA peer), the CONNECT_REQUEST values for rev 1 / rev 2 Requests,
+ * and rdma-core's channel and destroy semantics. Every wait is bounded.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include "wisp_rdmacm.h"
+
+#define WAIT_MS 5000
+
+#define KEY_REQ 'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'q', ' ', \
+		'F', 'r', 'a', 'm', 'e'
+#define KEY_REP "MPA ID Rep Frame"
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The next event of ch within ms, which must be of type want. */
+static struct rdma_cm_event *expect_event(struct rdma_event_channel *ch,
+					  enum rdma_cm_event_type want, int ms)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct rdma_cm_event *ev;
+
+	cr_assert_eq(poll(&p, 1, ms), 1, "no event within %d ms, wanted %s",
+		     ms, rdma_event_str(want));
+	cr_assert_eq(rdma_get_cm_event(ch, &ev), 0, "rdma_get_cm_event: %s",
+		     strerror(errno));
+	cr_assert_eq(ev->event, want, "got %s (status %d), wanted %s",
+		     rdma_event_str(ev->event), ev->status,
+		     rdma_event_str(want));
+	return ev;
+}
+
+static void expect_no_event(struct rdma_event_channel *ch, int ms)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	cr_assert_eq(poll(&p, 1, ms), 0, "unexpected event");
+}
+
+static void loopback(int family, struct sockaddr_storage *ss, uint16_t port)
+{
+	memset(ss, 0, sizeof(*ss));
+	ss->ss_family = (sa_family_t)family;
+	if (family == AF_INET) {
+		struct sockaddr_in *s = (struct sockaddr_in *)ss;
+
+		s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		s->sin_port = htons(port);
+	} else {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+
+		s->sin6_addr = in6addr_loopback;
+		s->sin6_port = htons(port);
+	}
+}
+
+static socklen_t sslen(const struct sockaddr_storage *ss)
+{
+	return ss->ss_family == AF_INET ? sizeof(struct sockaddr_in) :
+					  sizeof(struct sockaddr_in6);
+}
+
+/* A listening id on loopback, port chosen by the kernel. */
+static struct rdma_cm_id *listener(struct rdma_event_channel *ch, int family,
+				   uint16_t *port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+
+	loopback(family, &ss, 0);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(id, (struct sockaddr *)&ss), 0,
+		     "bind: %s", strerror(errno));
+	cr_assert_not_null(id->verbs, "a specific address binds the device");
+	cr_assert_eq(rdma_listen(id, 8), 0, "listen: %s", strerror(errno));
+	*port = ntohs(rdma_get_src_port(id));
+	cr_assert_neq(*port, 0);
+	return id;
+}
+
+/* An active id resolved towards loopback port. */
+static struct rdma_cm_id *resolved(struct rdma_event_channel *ch, int family,
+				   uint16_t port)
+{
+	struct sockaddr_storage dst;
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *ev;
+
+	loopback(family, &dst, port);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst,
+				       2000), 0);
+	ev = expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, WAIT_MS);
+	cr_assert_eq(ev->id, id);
+	rdma_ack_cm_event(ev);
+	cr_assert_not_null(id->verbs);
+	cr_assert_not_null(id->pd);
+	cr_assert_eq(id->route.addr.src_addr.sa_family, family);
+	cr_assert_neq(rdma_get_src_port(id), 0, "bound at resolution");
+	cr_assert_eq(ntohs(rdma_get_dst_port(id)), port);
+	cr_assert_eq(rdma_resolve_route(id, 2000), 0);
+	rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED,
+				       WAIT_MS));
+	return id;
+}
+
+static void make_qp(struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr a = {
+		.cap = {
+			.max_send_wr = 4, .max_recv_wr = 4,
+			.max_send_sge = 1, .max_recv_sge = 1,
+		},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1,
+	};
+
+	cr_assert_eq(rdma_create_qp(id, NULL, &a), 0, "rdma_create_qp: %s",
+		     strerror(errno));
+	cr_assert_not_null(id->qp);
+	cr_assert_not_null(id->send_cq, "CQs made for the id");
+	cr_assert_not_null(id->recv_cq_channel);
+}
+
+/* ---- plain API --------------------------------------------------------- */
+
+Test(rdmacm, event_names)
+{
+	cr_assert_str_eq(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED),
+			 "RDMA_CM_EVENT_ESTABLISHED");
+	cr_assert_str_eq(rdma_event_str(RDMA_CM_EVENT_UNREACHABLE),
+			 "RDMA_CM_EVENT_UNREACHABLE");
+	cr_assert_str_eq(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT),
+			 "RDMA_CM_EVENT_TIMEWAIT_EXIT");
+	cr_assert_str_eq(rdma_event_str((enum rdma_cm_event_type)99),
+			 "UNKNOWN EVENT");
+}
+
+Test(rdmacm, port_spaces)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+
+	cr_assert_not_null(ch);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP), -1);
+	cr_assert_eq(errno, ENOSYS);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_IB), -1);
+	cr_assert_eq(errno, ENOSYS);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, (enum rdma_port_space)7),
+		     -1);
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(id->qp_type, IBV_QPT_RC);
+	cr_assert_eq(rdma_resolve_route(id, 100), -1, "route before address");
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_eq(rdma_destroy_id(id), 0);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, devices)
+{
+	int n = -1;
+	struct ibv_context **list = rdma_get_devices(&n);
+
+	cr_assert_not_null(list);
+	cr_assert_eq(n, 1);
+	cr_assert_not_null(list[0]);
+	cr_assert_null(list[1]);
+	cr_assert_str_eq(ibv_get_device_name(list[0]->device), "wisp0");
+	rdma_free_devices(list);
+}
+
+Test(rdmacm, set_option)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	uint8_t tos = 0x10;
+	int v;
+
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS,
+				     &tos, sizeof(tos)), 0);
+	v = 1;
+	cr_assert_eq(rdma_set_option(id, WISP_OPTION_LEVEL, WISP_OPT_CRC, &v,
+				     sizeof(v)), 0);
+	v = 3;
+	cr_assert_eq(rdma_set_option(id, WISP_OPTION_LEVEL, WISP_OPT_MPA_REV,
+				     &v, sizeof(v)), -1);
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_eq(rdma_set_option(id, WISP_OPTION_LEVEL, WISP_OPT_CRC, &v,
+				     1), -1, "optlen must be sizeof(int)");
+	cr_assert_eq(rdma_set_option(id, WISP_OPTION_LEVEL, 77, &v,
+				     sizeof(v)), -1);
+	cr_assert_eq(errno, ENOSYS);
+	cr_assert_eq(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH,
+				     &v, sizeof(v)), -1);
+	cr_assert_eq(errno, ENOSYS);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, bad_environment_fails_with_einval)
+{
+	struct rdma_event_channel *ch;
+
+	/* Criterion runs each test in its own process: the library reads
+	 * the environment here for the first time. */
+	setenv("WISP_CRC", "yes", 1);
+	errno = 0;
+	cr_assert_null(rdma_create_event_channel());
+	cr_assert_eq(errno, EINVAL);
+	setenv("WISP_CRC", "1", 1);
+	ch = rdma_create_event_channel();
+	cr_assert_not_null(ch);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, nonblocking_channel)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	cr_assert_eq(rdma_get_cm_event(ch, &ev), -1);
+	cr_assert_eq(errno, EAGAIN);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, getaddrinfo)
+{
+	struct rdma_addrinfo hints = {
+		.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST,
+		.ai_port_space = RDMA_PS_TCP,
+	};
+	struct rdma_addrinfo *res;
+
+	cr_assert_eq(rdma_getaddrinfo("::1", "7471", &hints, &res), 0);
+	cr_assert_eq(res->ai_family, AF_INET6);
+	cr_assert(res->ai_flags & RAI_PASSIVE);
+	cr_assert_eq(res->ai_src_len, sizeof(struct sockaddr_in6));
+	cr_assert_eq(res->ai_qp_type, IBV_QPT_RC);
+	rdma_freeaddrinfo(res);
+	hints.ai_flags = RAI_NUMERICHOST;
+	cr_assert_eq(rdma_getaddrinfo("127.0.0.1", "7471", &hints, &res), 0);
+	cr_assert_eq(res->ai_dst_len, sizeof(struct sockaddr_in));
+	cr_assert_null(res->ai_src_addr);
+	rdma_freeaddrinfo(res);
+	cr_assert_neq(rdma_getaddrinfo("not an address", "1", &hints, &res),
+		      0);
+}
+
+/* ---- connections ----------------------------------------------------- */
+
+struct conn_cfg {
+	int family;
+	int rev;
+	int crc;
+	int p2p;
+	int rtr;
+};
+
+static void send_recv(struct rdma_cm_id *from, struct rdma_cm_id *to)
+{
+	char out[32] = "over wisp", in[32] = "";
+	struct ibv_mr *omr = rdma_reg_msgs(from, out, sizeof(out));
+	struct ibv_mr *imr = rdma_reg_msgs(to, in, sizeof(in));
+	struct ibv_wc wc;
+
+	cr_assert(omr && imr);
+	cr_assert_eq(rdma_post_recv(to, NULL, in, sizeof(in), imr), 0);
+	cr_assert_eq(rdma_post_send(from, NULL, out, sizeof(out), omr,
+				    IBV_SEND_SIGNALED), 0);
+	cr_assert_eq(rdma_get_send_comp(from, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "send: %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_eq(rdma_get_recv_comp(to, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_str_eq(in, "over wisp");
+	rdma_dereg_mr(omr);
+	rdma_dereg_mr(imr);
+}
+
+static void run_connection(const struct conn_cfg *c)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param cp = {
+		.private_data = "hello", .private_data_len = 6,
+		.responder_resources = 2, .initiator_depth = 3,
+	};
+	struct rdma_conn_param ap = {
+		.private_data = "welcome", .private_data_len = 8,
+		.responder_resources = 3, .initiator_depth = 2,
+	};
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	uint16_t port;
+
+	cr_assert(sch && cch);
+	l = listener(sch, c->family, &port);
+	cl = resolved(cch, c->family, port);
+	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_MPA_REV,
+				     (void *)&c->rev, sizeof(int)), 0);
+	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_CRC,
+				     (void *)&c->crc, sizeof(int)), 0);
+	if (c->rev == 2)
+		cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL,
+					     WISP_OPT_P2P, (void *)&c->p2p,
+					     sizeof(int)), 0);
+	if (c->rtr)
+		cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL,
+					     WISP_OPT_RTR, (void *)&c->rtr,
+					     sizeof(int)), 0);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &cp), 0, "connect: %s", strerror(errno));
+
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	cr_assert_eq(ev->listen_id, l);
+	cr_assert_eq(ev->param.conn.private_data_len, 6);
+	cr_assert_str_eq(ev->param.conn.private_data, "hello");
+	/* RFC 6581 9.1 values of a rev 2 Request; nothing after rev 1. */
+	cr_assert_eq(ev->param.conn.responder_resources, c->rev == 2 ? 3 : 0);
+	cr_assert_eq(ev->param.conn.initiator_depth, c->rev == 2 ? 2 : 0);
+	cr_assert_not_null(sv->verbs);
+	cr_assert_eq(rdma_get_dst_port(sv), rdma_get_src_port(cl));
+	rdma_ack_cm_event(ev);
+
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, &ap), 0, "accept: %s", strerror(errno));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED,
+				       WAIT_MS));
+	ev = expect_event(cch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	cr_assert_eq(ev->param.conn.private_data_len, 8);
+	cr_assert_str_eq(ev->param.conn.private_data, "welcome");
+	rdma_ack_cm_event(ev);
+
+	send_recv(cl, sv);
+	send_recv(sv, cl);
+
+	cr_assert_eq(rdma_disconnect(cl), 0);
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	cr_assert_eq(rdma_disconnect(sv), 0, "after the peer: a no-op");
+
+	rdma_destroy_qp(cl);
+	rdma_destroy_qp(sv);
+	cr_assert_eq(rdma_destroy_id(cl), 0);
+	cr_assert_eq(rdma_destroy_id(sv), 0);
+	cr_assert_eq(rdma_destroy_id(l), 0);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+ParameterizedTestParameters(rdmacm, connect_accept_disconnect)
+{
+	static struct conn_cfg cfgs[] = {
+		{ AF_INET, 2, 0, 1, 0 },
+		{ AF_INET6, 2, 0, 1, 0 },
+		{ AF_INET, 2, 1, 1, WISP_RTR_PREFER_WRITE },
+		{ AF_INET, 2, 0, 0, 0 },
+		{ AF_INET6, 2, 1, 0, 0 },
+		{ AF_INET, 1, 0, 0, 0 },
+		{ AF_INET6, 1, 1, 0, 0 },
+	};
+
+	return cr_make_param_array(struct conn_cfg, cfgs,
+				   sizeof(cfgs) / sizeof(cfgs[0]));
+}
+
+ParameterizedTest(struct conn_cfg *c, rdmacm, connect_accept_disconnect)
+{
+	cr_log_info("IPv%d, MPA rev %d, CRC %d, p2p %d, RTR %s",
+		    c->family == AF_INET ? 4 : 6, c->rev, c->crc, c->p2p,
+		    c->rtr == WISP_RTR_PREFER_WRITE ? "write" : "default");
+	run_connection(c);
+}
+
+static void refused(int family)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	socklen_t len;
+	uint16_t port;
+	int64_t t0;
+	int s;
+
+	/* A port just closed: nobody listens there. */
+	loopback(family, &ss, 0);
+	s = socket(family, SOCK_STREAM, 0);
+	cr_assert_eq(bind(s, (struct sockaddr *)&ss, sslen(&ss)), 0);
+	len = sizeof(ss);
+	getsockname(s, (struct sockaddr *)&ss, &len);
+	port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port :
+				       ((struct sockaddr_in6 *)&ss)->sin6_port);
+	close(s);
+
+	id = resolved(ch, family, port);
+	make_qp(id);
+	t0 = now_ms();
+	cr_assert_eq(rdma_connect(id, NULL), 0);
+	ev = expect_event(ch, RDMA_CM_EVENT_UNREACHABLE, WAIT_MS);
+	cr_assert_eq(ev->status, -ECONNREFUSED);
+	cr_assert_lt(now_ms() - t0, 1000, "refusal must be prompt");
+	rdma_ack_cm_event(ev);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, refused_ipv4) { refused(AF_INET); }
+Test(rdmacm, refused_ipv6) { refused(AF_INET6); }
+
+Test(rdmacm, mpa_timeout_is_unreachable)
+{
+	/* A TCP listener that never speaks MPA: the kernel completes the
+	 * handshake, no Reply ever comes. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	socklen_t len = sizeof(ss);
+	int s, ms = 300;
+	int64_t t0;
+
+	loopback(AF_INET, &ss, 0);
+	s = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(bind(s, (struct sockaddr *)&ss, sslen(&ss)), 0);
+	cr_assert_eq(listen(s, 4), 0);
+	getsockname(s, (struct sockaddr *)&ss, &len);
+
+	id = resolved(ch, AF_INET, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+	cr_assert_eq(rdma_set_option(id, WISP_OPTION_LEVEL,
+				     WISP_OPT_MPA_TIMEOUT_MS, &ms, sizeof(ms)),
+		     0);
+	make_qp(id);
+	t0 = now_ms();
+	cr_assert_eq(rdma_connect(id, NULL), 0);
+	ev = expect_event(ch, RDMA_CM_EVENT_UNREACHABLE, WAIT_MS);
+	cr_assert_eq(ev->status, -ETIMEDOUT);
+	cr_assert_geq(now_ms() - t0, 250);
+	cr_assert_lt(now_ms() - t0, 2000);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	close(s);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, reject_with_private_data)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *cl;
+	struct rdma_cm_event *ev;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, NULL), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	cr_assert_eq(rdma_reject(ev->id, "no thanks", 10), 0);
+	cr_assert_eq(rdma_destroy_id(ev->id), 0);
+	rdma_ack_cm_event(ev);
+
+	ev = expect_event(cch, RDMA_CM_EVENT_REJECTED, WAIT_MS);
+	cr_assert_eq(ev->status, -ECONNREFUSED);
+	cr_assert_eq(ev->param.conn.private_data_len, 10);
+	cr_assert_str_eq(ev->param.conn.private_data, "no thanks");
+	rdma_ack_cm_event(ev);
+	expect_no_event(sch, 100);
+	rdma_destroy_qp(cl);
+	rdma_destroy_id(cl);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+/* Server side of the synchronous test: reject the first request. */
+static void *reject_first(void *arg)
+{
+	struct rdma_event_channel *ch = arg;
+	struct rdma_cm_event *ev = expect_event(ch,
+						RDMA_CM_EVENT_CONNECT_REQUEST,
+						WAIT_MS);
+	struct rdma_cm_id *id = ev->id;
+
+	rdma_reject(id, NULL, 0);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+	return NULL;
+}
+
+Test(rdmacm, rejected_sync_connect_is_econnrefused)
+{
+	/* rdma_create_ep makes an id without a channel of its own: its
+	 * rdma_connect waits, and a rejection fails it with ECONNREFUSED
+	 * (rdma-core's ucma_complete). */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_addrinfo hints = {
+		.ai_flags = RAI_NUMERICHOST, .ai_port_space = RDMA_PS_TCP,
+	};
+	struct ibv_qp_init_attr qa = {
+		.cap = { .max_send_wr = 1, .max_recv_wr = 1,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct rdma_addrinfo *res;
+	struct rdma_cm_id *l, *cl;
+	char port[8];
+	uint16_t p;
+	pthread_t t;
+
+	l = listener(sch, AF_INET, &p);
+	snprintf(port, sizeof(port), "%u", p);
+	cr_assert_eq(rdma_getaddrinfo("127.0.0.1", port, &hints, &res), 0);
+	cr_assert_eq(rdma_create_ep(&cl, res, NULL, &qa), 0, "create_ep: %s",
+		     strerror(errno));
+	rdma_freeaddrinfo(res);
+	cr_assert_not_null(cl->qp);
+	cr_assert_eq(pthread_create(&t, NULL, reject_first, sch), 0);
+	errno = 0;
+	cr_assert_eq(rdma_connect(cl, NULL), -1);
+	cr_assert_eq(errno, ECONNREFUSED);
+	pthread_join(t, NULL);
+	rdma_destroy_ep(cl);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(sch);
+}
+
+/* ---- what a raw peer sees -------------------------------------------- */
+
+static int raw_connect(int family, uint16_t port)
+{
+	struct sockaddr_storage ss;
+	int s = socket(family, SOCK_STREAM, 0);
+
+	loopback(family, &ss, port);
+	cr_assert_eq(connect(s, (struct sockaddr *)&ss, sslen(&ss)), 0);
+	return s;
+}
+
+/* Read n octets within 2 s; returns what came (0 on EOF). */
+static ssize_t raw_read(int s, uint8_t *buf, size_t n)
+{
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r;
+
+		cr_assert_eq(poll(&p, 1, 2000), 1, "peer silent");
+		r = recv(s, buf + got, n - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+Test(rdmacm, markers_refused_by_mpa)
+{
+	/* M in a rev 1 Request with C: wisp cannot send markers; MPA
+	 * answers with R set, C echoed, M clear, no event reaches the
+	 * application (RFC 5044 7.1.1). */
+	static const uint8_t req[] = { KEY_REQ, 0xc0, 0x01, 0x00, 0x00 };
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *l;
+	uint8_t rep[64];
+	uint16_t port;
+	int s;
+
+	l = listener(ch, AF_INET, &port);
+	s = raw_connect(AF_INET, port);
+	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	cr_assert_eq(raw_read(s, rep, 20), 20);
+	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
+	cr_assert_eq(rep[16], 0x60, "C and R, no M: 0x%02x", rep[16]);
+	cr_assert_eq(rep[17], 1);
+	cr_assert_eq(rep[18] << 8 | rep[19], 0);
+	cr_assert_eq(raw_read(s, rep, 1), 0, "closed after the reject");
+	expect_no_event(ch, 200);
+	close(s);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, non_mpa_peer_closed)
+{
+	/* RFC 5044 7.1.2 rule 5: a wrong key closes the connection. */
+	static const char http[] = "GET / HTTP/1.0\r\n\r\n";
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *l;
+	uint8_t rep[8];
+	uint16_t port;
+	int s;
+
+	l = listener(ch, AF_INET6, &port);
+	s = raw_connect(AF_INET6, port);
+	cr_assert_eq(write(s, http, sizeof(http) - 1), (ssize_t)sizeof(http) - 1);
+	cr_assert_eq(raw_read(s, rep, 1), 0);
+	expect_no_event(ch, 200);
+	close(s);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, rev1_request_and_reject_reply)
+{
+	/* A rev 1 Request: CONNECT_REQUEST proposes IRD = ORD = 0 (nothing
+	 * was advertised); the Reject comes back in rev 1 with the private
+	 * data. */
+	static const uint8_t req[] = {
+		KEY_REQ, 0x00, 0x01, 0x00, 0x03, 'a', 'b', 'c',
+	};
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l, *c;
+	uint8_t rep[64];
+	uint16_t port;
+	int s;
+
+	l = listener(ch, AF_INET, &port);
+	s = raw_connect(AF_INET, port);
+	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	c = ev->id;
+	cr_assert_eq(ev->param.conn.private_data_len, 3);
+	cr_assert_eq(memcmp(ev->param.conn.private_data, "abc", 3), 0);
+	cr_assert_eq(ev->param.conn.responder_resources, 0);
+	cr_assert_eq(ev->param.conn.initiator_depth, 0);
+	rdma_ack_cm_event(ev);
+	cr_assert_eq(rdma_reject(c, "nope", 4), 0);
+	cr_assert_eq(raw_read(s, rep, 24), 24);
+	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
+	cr_assert_eq(rep[16], 0x20);
+	cr_assert_eq(rep[17], 1);
+	cr_assert_eq(rep[19], 4);
+	cr_assert_eq(memcmp(rep + 20, "nope", 4), 0);
+	close(s);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, rev2_request_values_clamped)
+{
+	/* IRD 200, ORD 5 in the Request: the application is offered ORD
+	 * min(200, 128) and IRD 5. */
+	static const uint8_t req[] = {
+		KEY_REQ, 0x10, 0x02, 0x00, 0x04, 0x00, 0xc8, 0x00, 0x05,
+	};
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l;
+	uint16_t port;
+	int s;
+
+	l = listener(ch, AF_INET, &port);
+	s = raw_connect(AF_INET, port);
+	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	cr_assert_eq(ev->param.conn.responder_resources, 5);
+	cr_assert_eq(ev->param.conn.initiator_depth, 128);
+	cr_assert_eq(ev->param.conn.private_data_len, 0);
+	rdma_destroy_id(ev->id);
+	rdma_ack_cm_event(ev);
+	close(s);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, destroy_listener_with_pending_work)
+{
+	/* One peer connected but silent (a request thread waits on it), one
+	 * Request queued and never fetched: destroying the listener must
+	 * neither hang nor leak the queued id. */
+	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct pollfd p;
+	struct rdma_cm_id *l;
+	uint16_t port;
+	uint8_t b;
+	int quiet, talker;
+	int64_t t0;
+
+	l = listener(ch, AF_INET, &port);
+	quiet = raw_connect(AF_INET, port);
+	talker = raw_connect(AF_INET, port);
+	cr_assert_eq(write(talker, req, sizeof(req)), (ssize_t)sizeof(req));
+	p = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
+	cr_assert_eq(poll(&p, 1, WAIT_MS), 1);
+	t0 = now_ms();
+	cr_assert_eq(rdma_destroy_id(l), 0);
+	cr_assert_lt(now_ms() - t0, 1000);
+	cr_assert_eq(raw_read(talker, &b, 1), 0, "queued id's socket closed");
+	cr_assert_eq(raw_read(quiet, &b, 1), 0, "pending socket closed");
+	close(quiet);
+	close(talker);
+	rdma_destroy_event_channel(ch);
+}
+
+struct late_ack {
+	struct rdma_cm_event *ev;
+	int64_t acked_at;
+};
+
+static void *ack_later(void *arg)
+{
+	struct late_ack *a = arg;
+
+	usleep(200 * 1000);
+	a->acked_at = now_ms();
+	rdma_ack_cm_event(a->ev);
+	return NULL;
+}
+
+Test(rdmacm, destroy_id_waits_for_acks)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage dst;
+	struct late_ack a = { 0 };
+	struct rdma_cm_id *id;
+	pthread_t t;
+
+	loopback(AF_INET, &dst, 9);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst,
+				       100), 0);
+	a.ev = expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, WAIT_MS);
+	cr_assert_eq(pthread_create(&t, NULL, ack_later, &a), 0);
+	cr_assert_eq(rdma_destroy_id(id), 0);
+	cr_assert_neq(a.acked_at, 0, "destroy returned before the ack");
+	pthread_join(t, NULL);
+	rdma_destroy_event_channel(ch);
+}
+
+/* Connect two ids on loopback; returns the server-side id. */
+static struct rdma_cm_id *pair_up(struct rdma_event_channel *sch,
+				  struct rdma_event_channel *cch,
+				  struct rdma_cm_id **l, struct rdma_cm_id **cl,
+				  bool qps)
+{
+	struct rdma_conn_param p = { .responder_resources = 1,
+				     .initiator_depth = 1 };
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *sv;
+	uint16_t port;
+
+	*l = listener(sch, AF_INET, &port);
+	*cl = resolved(cch, AF_INET, port);
+	if (qps)
+		make_qp(*cl);
+	cr_assert_eq(rdma_connect(*cl, &p), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	if (qps)
+		make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, &p), 0, "accept: %s", strerror(errno));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	return sv;
+}
+
+Test(rdmacm, connection_without_qp_is_cm_only)
+{
+	/* No QP and no QP number: the CM still connects (events only) and
+	 * the close of either side reaches the other. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *cl, *sv;
+
+	sv = pair_up(sch, cch, &l, &cl, false);
+	cr_assert_eq(rdma_disconnect(sv), 0);
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, qp_number_without_qp_is_refused)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_conn_param p = { .qp_num = 42 };
+	struct rdma_cm_id *id;
+
+	id = resolved(ch, AF_INET, 9);
+	cr_assert_eq(rdma_connect(id, &p), -1);
+	cr_assert_eq(errno, EINVAL);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, destroy_qp_while_connected_disconnects)
+{
+	/* Tearing the QP down ends its stream: both ids hear of it. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *cl, *sv;
+
+	sv = pair_up(sch, cch, &l, &cl, true);
+	rdma_destroy_qp(cl);
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(sv);
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, destroy_ids_while_connected)
+{
+	/* No disconnect, no QP teardown by the application first: destroy
+	 * the ids and the QPs in the "wrong" order without hanging. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *cl, *sv, saved[2];
+
+	sv = pair_up(sch, cch, &l, &cl, true);
+	saved[0] = *cl;
+	saved[1] = *sv;
+	cr_assert_eq(rdma_destroy_id(l), 0);
+	cr_assert_eq(rdma_destroy_id(sv), 0);
+	cr_assert_eq(rdma_destroy_id(cl), 0);
+	for (int i = 0; i < 2; i++) {
+		ibv_destroy_qp(saved[i].qp);
+		ibv_destroy_cq(saved[i].send_cq);
+		ibv_destroy_cq(saved[i].recv_cq);
+		ibv_destroy_comp_channel(saved[i].send_cq_channel);
+		ibv_destroy_comp_channel(saved[i].recv_cq_channel);
+	}
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, no_common_rtr_is_connect_error)
+{
+	/* The initiator offers only the READ RTR, the responder takes only
+	 * WRITE and names it (RFC 6581 9.2): the initiator cannot send it,
+	 * sends a Terminate (code 7) and reports CONNECT_ERROR; the
+	 * responder's stream ends. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	int rd = WISP_RTR_PREFER_READ, wr = WISP_RTR_PREFER_WRITE;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cr_assert_eq(rdma_set_option(l, WISP_OPTION_LEVEL, WISP_OPT_RTR, &wr,
+				     sizeof(wr)), 0);
+	cl = resolved(cch, AF_INET, port);
+	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_RTR, &rd,
+				     sizeof(rd)), 0);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, NULL), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, NULL), 0);
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	ev = expect_event(cch, RDMA_CM_EVENT_CONNECT_ERROR, WAIT_MS);
+	cr_assert_eq(ev->status, -EPROTO);
+	rdma_ack_cm_event(ev);
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(cl);
+	rdma_destroy_qp(sv);
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}

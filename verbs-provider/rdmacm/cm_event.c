@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cm_event.c - event channels and events with rdma-core's semantics:
+ * the channel fd polls readable while events wait; rdma_get_cm_event
+ * blocks unless the application made the fd non-blocking (then EAGAIN);
+ * every event is acked with rdma_ack_cm_event, and rdma_destroy_id waits
+ * until its delivered events are acked.
+ *
+ * The fd is an eventfd used as a level: its counter is non-zero exactly
+ * while the queue is non-empty, so a poll() never announces an event
+ * that a purge took away.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cm_internal.h"
+
+struct wcm_channel *wcm_channel_new(void)
+{
+	struct wcm_channel *ch = calloc(1, sizeof(*ch));
+
+	if (!ch)
+		return NULL;
+	ch->ch.fd = eventfd(0, EFD_CLOEXEC);
+	if (ch->ch.fd < 0) {
+		free(ch);
+		return NULL;
+	}
+	return ch;
+}
+
+void wcm_channel_free(struct wcm_channel *ch)
+{
+	while (ch->head) {
+		struct wcm_event *e = ch->head;
+
+		ch->head = e->next;
+		free(e);
+	}
+	close(ch->ch.fd);
+	free(ch);
+}
+
+static void level_up(struct wcm_channel *ch)
+{
+	uint64_t one = 1;
+
+	if (write(ch->ch.fd, &one, sizeof(one)) != sizeof(one))
+		wcm_log(WCM_LOG_ERROR, "event channel: %s", strerror(errno));
+}
+
+/* Reset the counter: it is 1 here, so the read never blocks. */
+static void level_down(struct wcm_channel *ch)
+{
+	uint64_t v;
+
+	if (read(ch->ch.fd, &v, sizeof(v)) != sizeof(v))
+		wcm_log(WCM_LOG_ERROR, "event channel: %s", strerror(errno));
+}
+
+static void enqueue(struct wcm_channel *ch, struct wcm_event *e)
+{
+	bool was_empty = !ch->head;
+
+	e->next = NULL;
+	if (ch->tail)
+		ch->tail->next = e;
+	else
+		ch->head = e;
+	ch->tail = e;
+	if (was_empty)
+		level_up(ch);
+}
+
+struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
+				  enum rdma_cm_event_type type, int status,
+				  const void *pdata, size_t pdata_len)
+{
+	struct wcm_event *e;
+
+	if (owner->dying)
+		return NULL;
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		wcm_log(WCM_LOG_ERROR, "no memory for %s", rdma_event_str(type));
+		return NULL;
+	}
+	e->owner = owner;
+	e->ev.id = &id->id;
+	e->ev.event = type;
+	e->ev.status = status;
+	if (pdata_len > sizeof(e->pdata))
+		pdata_len = sizeof(e->pdata);
+	if (pdata && pdata_len) {
+		memcpy(e->pdata, pdata, pdata_len);
+		e->ev.param.conn.private_data = e->pdata;
+		/* rdma_conn_param carries a uint8_t length: private data
+		 * beyond 255 octets (rev 1 allows 512) is cut short. */
+		e->ev.param.conn.private_data_len =
+			pdata_len > 255 ? 255 : (uint8_t)pdata_len;
+	}
+	wcm_log(WCM_LOG_DEBUG, "id %p: %s, status %d", (void *)&id->id,
+		rdma_event_str(type), status);
+	enqueue(to_wch(owner->id.channel), e);
+	return e;
+}
+
+/* Unlink the events of owner from ch; return them as a list. */
+static struct wcm_event *unlink_owned(struct wcm_channel *ch,
+				      const struct wcm_id *owner)
+{
+	struct wcm_event **pp = &ch->head, *taken = NULL, **tail = &taken;
+	bool had = ch->head != NULL;
+
+	ch->tail = NULL;
+	while (*pp) {
+		struct wcm_event *e = *pp;
+
+		if (e->owner == owner) {
+			*pp = e->next;
+			e->next = NULL;
+			*tail = e;
+			tail = &e->next;
+			continue;
+		}
+		ch->tail = e;
+		pp = &e->next;
+	}
+	if (had && !ch->head)
+		level_down(ch);
+	return taken;
+}
+
+void wcm_events_purge(struct wcm_id *owner, struct wcm_id **orphans)
+{
+	struct wcm_event *e = unlink_owned(to_wch(owner->id.channel), owner);
+
+	while (e) {
+		struct wcm_event *next = e->next;
+
+		/* A connection request never delivered: its child id was
+		 * never seen by the application and goes with it. */
+		if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+		    e->ev.id != &owner->id) {
+			struct wcm_id *child = to_wid(e->ev.id);
+
+			child->orphan_next = *orphans;
+			*orphans = child;
+		}
+		free(e);
+		e = next;
+	}
+}
+
+void wcm_events_move(struct wcm_id *owner, struct wcm_channel *to)
+{
+	struct wcm_event *e = unlink_owned(to_wch(owner->id.channel), owner);
+
+	while (e) {
+		struct wcm_event *next = e->next;
+
+		enqueue(to, e);
+		e = next;
+	}
+}
+
+/* A listener with no channel of its own hands each new id a private
+ * channel too (rdma-core: rdma_migrate_id(id, NULL) in
+ * ucma_process_conn_req). wcm.lock held. */
+static int give_private_channel(struct wcm_id *child)
+{
+	struct wcm_channel *ch = wcm_channel_new();
+
+	if (!ch)
+		return -errno;
+	wcm_events_move(child, ch);
+	child->id.channel = &ch->ch;
+	child->sync = true;
+	return 0;
+}
+
+int rdma_get_cm_event(struct rdma_event_channel *channel,
+		      struct rdma_cm_event **event)
+{
+	struct wcm_channel *ch;
+
+	if (!channel || !event) {
+		errno = EINVAL;
+		return -1;
+	}
+	ch = to_wch(channel);
+	for (;;) {
+		struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
+		struct wcm_event *e;
+		int flags;
+
+		pthread_mutex_lock(&wcm.lock);
+		e = ch->head;
+		if (e) {
+			ch->head = e->next;
+			if (!ch->head) {
+				ch->tail = NULL;
+				level_down(ch);
+			}
+			e->next = NULL;
+			e->owner->events_out++;
+			if (e->ev.event == RDMA_CM_EVENT_DISCONNECTED)
+				to_wid(e->ev.id)->disc = 2;
+			if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+			    e->owner->sync &&
+			    give_private_channel(to_wid(e->ev.id)))
+				wcm_log(WCM_LOG_ERROR, "no channel for new id");
+			pthread_mutex_unlock(&wcm.lock);
+			*event = &e->ev;
+			return 0;
+		}
+		pthread_mutex_unlock(&wcm.lock);
+
+		/* As the kernel's read() on rdma-core's channel: EAGAIN if
+		 * the application set O_NONBLOCK, else wait. */
+		flags = fcntl(channel->fd, F_GETFL);
+		if (flags >= 0 && (flags & O_NONBLOCK)) {
+			errno = EAGAIN;
+			return -1;
+		}
+		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	struct wcm_event *e;
+
+	if (!event) {
+		errno = EINVAL;
+		return -1;
+	}
+	e = container_of(event, struct wcm_event, ev);
+	pthread_mutex_lock(&wcm.lock);
+	e->owner->events_out--;
+	pthread_cond_broadcast(&wcm.cond);
+	pthread_mutex_unlock(&wcm.lock);
+	free(e);
+	return 0;
+}
+
+struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct wcm_channel *ch;
+	int ret = wcm_init();
+
+	if (ret) {
+		errno = -ret;
+		return NULL;
+	}
+	ch = wcm_channel_new();
+	return ch ? &ch->ch : NULL;
+}
+
+void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	if (!channel)
+		return;
+	pthread_mutex_lock(&wcm.lock);
+	wcm_channel_free(to_wch(channel));
+	pthread_mutex_unlock(&wcm.lock);
+}
+
+int wcm_complete(struct wcm_id *w)
+{
+	struct rdma_cm_event *ev;
+	int status;
+
+	if (!w->sync)
+		return 0;
+	if (w->id.event) {
+		rdma_ack_cm_event(w->id.event);
+		w->id.event = NULL;
+	}
+	if (rdma_get_cm_event(w->id.channel, &w->id.event))
+		return -1;
+	ev = w->id.event;
+	status = ev->status;
+	if (!status)
+		return 0;
+	/* rdma-core maps a rejection to ECONNREFUSED, else the status. */
+	if (ev->event == RDMA_CM_EVENT_REJECTED)
+		errno = ECONNREFUSED;
+	else
+		errno = status < 0 ? -status : status;
+	return -1;
+}
+
+int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct wcm_channel *to, *old = NULL;
+	struct wcm_id *w;
+
+	if (!id) {
+		errno = EINVAL;
+		return -1;
+	}
+	w = to_wid(id);
+	if (w->sync && !channel) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (channel) {
+		to = to_wch(channel);
+	} else {
+		to = wcm_channel_new();
+		if (!to)
+			return -1;
+	}
+
+	pthread_mutex_lock(&wcm.lock);
+	if (w->sync && id->event) {
+		struct rdma_cm_event *ev = id->event;
+
+		id->event = NULL;
+		pthread_mutex_unlock(&wcm.lock);
+		rdma_ack_cm_event(ev);
+		pthread_mutex_lock(&wcm.lock);
+	}
+	/* Events already handed out belong to the old channel's reader:
+	 * wait for their acks, as rdma-core does, before the id moves. */
+	while (w->events_out)
+		pthread_cond_wait(&wcm.cond, &wcm.lock);
+	wcm_events_move(w, to);
+	if (w->sync)
+		old = to_wch(id->channel);
+	id->channel = &to->ch;
+	w->sync = !channel;
+	if (old)
+		wcm_channel_free(old);
+	pthread_mutex_unlock(&wcm.lock);
+	return 0;
+}
+
+const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	static const char *const names[] = {
+		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
+		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
+		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
+		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
+		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
+		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
+		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
+		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
+		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
+		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
+		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
+		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
+		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	};
+
+	/* rdma-core 44's header stops at TIMEWAIT_EXIT; newer ones add the
+	 * ADDRINFO events (16, 17), which wisp never raises. */
+	if ((unsigned int)event < sizeof(names) / sizeof(names[0]))
+		return names[event];
+	if ((unsigned int)event == 16)
+		return "RDMA_CM_EVENT_ADDRINFO_RESOLVED";
+	if ((unsigned int)event == 17)
+		return "RDMA_CM_EVENT_ADDRINFO_ERROR";
+	return "UNKNOWN EVENT";
+}

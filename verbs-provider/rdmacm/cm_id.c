@@ -1,0 +1,618 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cm_id.c - the library's device and the rdma_cm_id life cycle up to the
+ * connection: create, bind, resolve (addresses are IP addresses and the
+ * route is TCP's, so resolution is immediate), listen, destroy.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cm_internal.h"
+#include "wisp_rdmacm.h"
+
+struct wcm_lib wcm = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+	.log_level = WCM_LOG_WARN,
+};
+
+static int fail(int neg_errno)
+{
+	errno = -neg_errno;
+	return -1;
+}
+
+int wcm_init(void)
+{
+	struct ibv_device **devs = NULL;
+	struct ibv_context *verbs = NULL;
+	struct ibv_pd *pd = NULL;
+	int ret, n = 0;
+
+	pthread_mutex_lock(&wcm.lock);
+	if (wcm.ready) {
+		pthread_mutex_unlock(&wcm.lock);
+		return 0;
+	}
+	ret = wcm_config_load();
+	pthread_mutex_unlock(&wcm.lock);
+	if (ret)
+		return ret;
+
+	/* The device list of the libibverbs.so.1 that was loaded with us:
+	 * wisp's, whose one device is wisp0. */
+	devs = ibv_get_device_list(&n);
+	if (!devs || n < 1) {
+		wcm_log(WCM_LOG_ERROR, "no RDMA device (is wisp's "
+			"libibverbs.so.1 the one loaded? see wisp-run)");
+		ret = -ENODEV;
+		goto err;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(ibv_get_device_name(devs[i]), "wisp0")) {
+			verbs = ibv_open_device(devs[i]);
+			break;
+		}
+	}
+	if (!verbs)
+		verbs = ibv_open_device(devs[0]);
+	if (!verbs) {
+		ret = errno ? -errno : -ENODEV;
+		goto err;
+	}
+	pd = ibv_alloc_pd(verbs);
+	if (!pd) {
+		ret = errno ? -errno : -ENOMEM;
+		goto err;
+	}
+
+	pthread_mutex_lock(&wcm.lock);
+	if (wcm.ready) {
+		/* Another thread won the race: use its device. */
+		pthread_mutex_unlock(&wcm.lock);
+		ibv_dealloc_pd(pd);
+		ibv_close_device(verbs);
+		ibv_free_device_list(devs);
+		return 0;
+	}
+	wcm.devs = devs;
+	wcm.verbs = verbs;
+	wcm.pd = pd;
+	wcm.ready = true;
+	pthread_mutex_unlock(&wcm.lock);
+	return 0;
+
+err:
+	if (verbs)
+		ibv_close_device(verbs);
+	if (devs)
+		ibv_free_device_list(devs);
+	return ret;
+}
+
+socklen_t wcm_addrlen(const struct sockaddr *sa)
+{
+	if (!sa)
+		return 0;
+	switch (sa->sa_family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	default:
+		return 0;
+	}
+}
+
+void wcm_id_set_device(struct wcm_id *w)
+{
+	w->id.verbs = wcm.verbs;
+	w->id.port_num = 1;
+	if (!w->id.pd)
+		w->id.pd = wcm.pd;
+}
+
+struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
+			  enum rdma_port_space ps)
+{
+	struct wcm_id *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	if (!ch) {
+		ch = wcm_channel_new();
+		if (!ch) {
+			free(w);
+			return NULL;
+		}
+		w->sync = true;
+	}
+	w->id.channel = &ch->ch;
+	w->id.context = context;
+	w->id.ps = ps;
+	w->id.qp_type = IBV_QPT_RC;
+	w->fd = -1;
+	w->wake_fd = -1;
+	pthread_mutex_lock(&wcm.lock);
+	w->opts = wcm.opts;
+	pthread_mutex_unlock(&wcm.lock);
+	return w;
+}
+
+void wcm_id_free(struct wcm_id *w)
+{
+	while (w->pending) {
+		struct wcm_pending *p = w->pending;
+
+		w->pending = p->next;
+		free(p);
+	}
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->wake_fd >= 0)
+		close(w->wake_fd);
+	if (w->sync)
+		wcm_channel_free(to_wch(w->id.channel));
+	free(w->ep_connect);
+	free(w->ep_qp_attr);
+	free(w);
+}
+
+int rdma_create_id(struct rdma_event_channel *channel,
+		   struct rdma_cm_id **id, void *context,
+		   enum rdma_port_space ps)
+{
+	struct wcm_id *w;
+	int ret;
+
+	if (!id)
+		return fail(-EINVAL);
+	/* iWARP connects over TCP only; UDP and IB port spaces are real
+	 * rdma_cm features wisp does not have. */
+	if (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB || ps == RDMA_PS_IB) {
+		wcm_log(WCM_LOG_WARN, "rdma_create_id: port space 0x%x not "
+			"supported, only RDMA_PS_TCP", (unsigned int)ps);
+		return fail(-ENOSYS);
+	}
+	if (ps != RDMA_PS_TCP)
+		return fail(-EINVAL);
+	ret = wcm_init();
+	if (ret)
+		return fail(ret);
+	w = wcm_id_new(channel ? to_wch(channel) : NULL, context, ps);
+	if (!w)
+		return -1;
+	*id = &w->id;
+	return 0;
+}
+
+int wcm_thread_start(struct wcm_id *w, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int ret;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	w->workers++;
+	ret = pthread_create(&t, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	if (ret) {
+		w->workers--;
+		return -ret;
+	}
+	return 0;
+}
+
+void wcm_thread_done(struct wcm_id *w)
+{
+	pthread_mutex_lock(&wcm.lock);
+	w->workers--;
+	pthread_cond_broadcast(&wcm.cond);
+	pthread_mutex_unlock(&wcm.lock);
+}
+
+int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct wcm_id *w, *orphans = NULL;
+	struct rdma_cm_event *ev;
+
+	if (!id)
+		return fail(-EINVAL);
+	w = to_wid(id);
+
+	pthread_mutex_lock(&wcm.lock);
+	w->dying = true;
+	wcm_events_purge(w, &orphans);
+	/* Wake the CM threads of the id: they see dying and let go. */
+	if (w->fd >= 0)
+		shutdown(w->fd, SHUT_RDWR);
+	for (struct wcm_pending *p = w->pending; p; p = p->next)
+		shutdown(p->fd, SHUT_RDWR);
+	if (w->wake_fd >= 0) {
+		uint64_t one = 1;
+
+		if (write(w->wake_fd, &one, sizeof(one)) < 0)
+			wcm_log(WCM_LOG_ERROR, "wake listener: %s",
+				strerror(errno));
+	}
+	while (w->workers)
+		pthread_cond_wait(&wcm.cond, &wcm.lock);
+	ev = id->event;
+	id->event = NULL;
+	pthread_mutex_unlock(&wcm.lock);
+
+	if (ev)
+		rdma_ack_cm_event(ev);
+
+	pthread_mutex_lock(&wcm.lock);
+	/* rdma-core: "rdma_destroy_id waits for all events of the id to be
+	 * acknowledged". */
+	while (w->events_out)
+		pthread_cond_wait(&wcm.cond, &wcm.lock);
+	if (w->conn) {
+		w->conn->id = NULL;
+		wcm_conn_put(w->conn);
+		w->conn = NULL;
+	}
+	pthread_mutex_unlock(&wcm.lock);
+	wcm_id_free(w);
+
+	while (orphans) {
+		struct wcm_id *c = orphans;
+
+		orphans = c->orphan_next;
+		wcm_id_free(c);
+	}
+	return 0;
+}
+
+void wcm_sock_opts(const struct wcm_id *w, int fd, int family)
+{
+	int one = 1;
+
+	/* A server restarted on its port must not wait out TIME_WAIT (siw
+	 * sets SO_REUSEADDR on every socket it binds, too). */
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)))
+		wcm_log(WCM_LOG_WARN, "SO_REUSEADDR: %s", strerror(errno));
+	if (family == AF_INET6 && w->opts.afonly >= 0) {
+		int v = w->opts.afonly;
+
+		if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v, sizeof(v)))
+			wcm_log(WCM_LOG_WARN, "IPV6_V6ONLY: %s",
+				strerror(errno));
+	}
+	if (w->opts.tos_set) {
+		int tos = w->opts.tos;
+
+		if (family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos,
+				   sizeof(tos));
+		else
+			setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
+	}
+}
+
+static bool is_wildcard(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr ==
+		       htonl(INADDR_ANY);
+	return !memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr,
+		       &in6addr_any, sizeof(in6addr_any));
+}
+
+/* Bind a new socket of w to addr (wcm.lock held). */
+static int bind_locked(struct wcm_id *w, const struct sockaddr *addr)
+{
+	socklen_t len = wcm_addrlen(addr);
+	int fd;
+
+	if (!len)
+		return -EAFNOSUPPORT;
+	if (w->state != WCM_IDLE || w->fd >= 0)
+		return -EINVAL;
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+	if (fd < 0)
+		return -errno;
+	wcm_sock_opts(w, fd, addr->sa_family);
+	if (bind(fd, addr, len)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	len = sizeof(w->id.route.addr.src_storage);
+	getsockname(fd, &w->id.route.addr.src_addr, &len);
+	w->fd = fd;
+	w->state = WCM_BOUND;
+	/* As the kernel's rdma_cm: a specific address binds the id to the
+	 * device that owns it (wisp0 owns them all), the wildcard does
+	 * not. */
+	if (!is_wildcard(addr))
+		wcm_id_set_device(w);
+	return 0;
+}
+
+int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	int ret;
+
+	if (!id || !addr)
+		return fail(-EINVAL);
+	if (!wcm_addrlen(addr))
+		return fail(-EINVAL);
+	pthread_mutex_lock(&wcm.lock);
+	ret = bind_locked(to_wid(id), addr);
+	pthread_mutex_unlock(&wcm.lock);
+	return ret ? fail(ret) : 0;
+}
+
+/* The source address the kernel would use towards dst, by asking it
+ * through a connected UDP socket (nothing is sent). */
+static int route_source(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+	socklen_t len = wcm_addrlen(dst);
+	int fd, ret = 0;
+
+	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, dst, len)) {
+		ret = -errno;
+	} else {
+		len = sizeof(*src);
+		if (getsockname(fd, (struct sockaddr *)src, &len))
+			ret = -errno;
+	}
+	close(fd);
+	return ret;
+}
+
+int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
+		      struct sockaddr *dst_addr, int timeout_ms)
+{
+	struct sockaddr_storage src;
+	struct wcm_id *w;
+	socklen_t dlen;
+	int ret, status;
+
+	(void)timeout_ms; /* resolution needs no network round trip */
+	if (!id || !dst_addr)
+		return fail(-EINVAL);
+	dlen = wcm_addrlen(dst_addr);
+	if (!dlen || (src_addr && !wcm_addrlen(src_addr)))
+		return fail(-EINVAL);
+	w = to_wid(id);
+
+	/* Where TCP would leave from: an unreachable destination is an
+	 * ADDR_ERROR event, as with the kernel's resolver. */
+	status = route_source(dst_addr, &src);
+
+	pthread_mutex_lock(&wcm.lock);
+	if (w->state == WCM_IDLE) {
+		/* Bind now, to src_addr or the wildcard, so that the source
+		 * port is known from ADDR_RESOLVED on (the kernel binds at
+		 * this point too). */
+		struct sockaddr_storage any = { .ss_family = dst_addr->sa_family };
+
+		ret = bind_locked(w, src_addr ? src_addr : (struct sockaddr *)&any);
+		if (ret)
+			goto out;
+	}
+	if (w->state != WCM_IDLE && w->state != WCM_BOUND &&
+	    w->state != WCM_ADDR_RESOLVED) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (w->fd >= 0 && id->route.addr.src_addr.sa_family !=
+			  dst_addr->sa_family) {
+		ret = -EINVAL;
+		goto out;
+	}
+	memset(&id->route.addr.dst_storage, 0,
+	       sizeof(id->route.addr.dst_storage));
+	memcpy(&id->route.addr.dst_storage, dst_addr, dlen);
+	if (!status) {
+		/* Keep a bound port; take the address the route gives. */
+		in_port_t port = 0;
+
+		if (w->fd >= 0)
+			port = rdma_get_src_port(id);
+		memcpy(&id->route.addr.src_storage, &src, sizeof(src));
+		if (src.ss_family == AF_INET)
+			id->route.addr.src_sin.sin_port = port;
+		else
+			id->route.addr.src_sin6.sin6_port = port;
+		wcm_id_set_device(w);
+		w->state = WCM_ADDR_RESOLVED;
+		wcm_event_queue(w, w, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	} else {
+		wcm_event_queue(w, w, RDMA_CM_EVENT_ADDR_ERROR, status, NULL, 0);
+	}
+	ret = 0;
+out:
+	pthread_mutex_unlock(&wcm.lock);
+	if (ret)
+		return fail(ret);
+	return wcm_complete(w);
+}
+
+int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	struct wcm_id *w;
+
+	(void)timeout_ms; /* TCP's route is the kernel's: nothing to ask */
+	if (!id)
+		return fail(-EINVAL);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	if (w->state != WCM_ADDR_RESOLVED) {
+		pthread_mutex_unlock(&wcm.lock);
+		return fail(-EINVAL);
+	}
+	w->state = WCM_ROUTE_RESOLVED;
+	wcm_event_queue(w, w, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
+	pthread_mutex_unlock(&wcm.lock);
+	return wcm_complete(w);
+}
+
+int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	struct wcm_id *w;
+	int ret, flags;
+
+	if (!id)
+		return fail(-EINVAL);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	if (w->state == WCM_IDLE) {
+		/* The kernel binds an unbound listener to the IPv4
+		 * wildcard. */
+		struct sockaddr_in any = { .sin_family = AF_INET };
+
+		ret = bind_locked(w, (struct sockaddr *)&any);
+		if (ret)
+			goto out;
+	}
+	if (w->state != WCM_BOUND) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (listen(w->fd, backlog > 0 ? backlog : 16)) {
+		ret = -errno;
+		goto out;
+	}
+	/* Non-blocking: a connection that vanishes between poll() and
+	 * accept() must not stall the listener. */
+	flags = fcntl(w->fd, F_GETFL);
+	fcntl(w->fd, F_SETFL, flags | O_NONBLOCK);
+	w->wake_fd = eventfd(0, EFD_CLOEXEC);
+	if (w->wake_fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	w->state = WCM_LISTEN;
+	ret = wcm_thread_start(w, wcm_listen_thread, w);
+	if (ret)
+		w->state = WCM_BOUND;
+out:
+	pthread_mutex_unlock(&wcm.lock);
+	return ret ? fail(ret) : 0;
+}
+
+static __be16 port_of(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_port;
+	if (sa->sa_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)sa)->sin6_port;
+	return 0;
+}
+
+__be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	return id ? port_of(&id->route.addr.src_addr) : 0;
+}
+
+__be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	return id ? port_of(&id->route.addr.dst_addr) : 0;
+}
+
+/* The prototype is rdma_cma.h's. */
+/* cppcheck-suppress constParameter */
+int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	/* The kernel does nothing here for iWARP: the connection is
+	 * established when the MPA exchange is. */
+	(void)event;
+	return id ? 0 : fail(-EINVAL);
+}
+
+int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
+		    void *optval, size_t optlen)
+{
+	struct wcm_id *w;
+	int ret = 0;
+
+	if (!id || !optval)
+		return fail(-EINVAL);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	if (level == WISP_OPTION_LEVEL) {
+		ret = wcm_opts_set(&w->opts, optname, optval, optlen);
+	} else if (level == RDMA_OPTION_ID) {
+		switch (optname) {
+		case RDMA_OPTION_ID_TOS:
+			if (optlen != sizeof(uint8_t)) {
+				ret = -EINVAL;
+				break;
+			}
+			w->opts.tos = *(uint8_t *)optval;
+			w->opts.tos_set = true;
+			break;
+		case RDMA_OPTION_ID_REUSEADDR:
+			if (optlen != sizeof(int))
+				ret = -EINVAL;
+			else
+				w->opts.reuseaddr = *(int *)optval != 0;
+			break;
+		case RDMA_OPTION_ID_AFONLY:
+			if (optlen != sizeof(int))
+				ret = -EINVAL;
+			else
+				w->opts.afonly = *(int *)optval != 0;
+			break;
+		case RDMA_OPTION_ID_ACK_TIMEOUT:
+			/* An InfiniBand transport timer: nothing to set on
+			 * TCP. Accepted so that portable programs run. */
+			if (optlen != sizeof(uint8_t))
+				ret = -EINVAL;
+			break;
+		default:
+			ret = -ENOSYS;
+		}
+		if (!ret && w->fd >= 0)
+			wcm_sock_opts(w, w->fd,
+				      id->route.addr.src_addr.sa_family);
+	} else {
+		/* RDMA_OPTION_IB (path records) has no meaning on TCP. */
+		ret = -ENOSYS;
+	}
+	pthread_mutex_unlock(&wcm.lock);
+	return ret ? fail(ret) : 0;
+}
+
+struct ibv_context **rdma_get_devices(int *num_devices)
+{
+	struct ibv_context **list;
+	int ret = wcm_init();
+
+	if (ret) {
+		if (num_devices)
+			*num_devices = 0;
+		errno = -ret;
+		return NULL;
+	}
+	list = calloc(2, sizeof(*list));
+	if (!list)
+		return NULL;
+	list[0] = wcm.verbs;
+	if (num_devices)
+		*num_devices = 1;
+	return list;
+}
+
+void rdma_free_devices(struct ibv_context **list)
+{
+	/* The contexts stay open for the ids, as in rdma-core. */
+	free(list);
+}
