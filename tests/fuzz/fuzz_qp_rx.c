@@ -57,7 +57,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				    .sq_size = 8, .rq_size = 8 };
 	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
 	struct rdmap_qp *qp;
-	struct rdmap_recv_wr *r;
 	struct rdmap_ring *rq;
 	size_t chunk;
 
@@ -91,7 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Two receives into buffer 1: one SGE, or three. */
 	rq = rdmap_qp_rq(qp);
 	for (uint32_t i = 0; i < 2; i++) {
-		r = rdmap_ring_slot(rq, i);
+		struct rdmap_recv_wr *r = rdmap_ring_slot(rq, i);
+
 		memset(r, 0, sizeof(*r));
 		r->wr_id = i;
 		if (data[-1] & 2) {
