@@ -102,6 +102,13 @@ bool glue_conn_send_now(struct glue_conn *c);
 bool glue_conn_recv_now(struct glue_conn *c);
 
 /*
+ * From any thread: the thread that polled c is about to sleep (it armed a
+ * completion channel): the engine takes the socket back at once instead
+ * of after GLUE_APP_POLL_MS.
+ */
+void glue_conn_release(struct glue_conn *c);
+
+/*
  * Engine thread only. Close gracefully (half-close once everything queued
  * is sent, then read until the peer closes or a short deadline passes) or
  * abortively. ended() follows on the engine thread.

@@ -172,6 +172,14 @@ void glue_conn_free(struct glue_conn *c)
 /* Results and the pump                                               */
 /* ------------------------------------------------------------------ */
 
+void glue_conn_release(struct glue_conn *c)
+{
+	if (!atomic_exchange(&c->app_rx_ms, 0))
+		return;           /* the engine was not staying off it */
+	atomic_store(&c->rx_more, true);
+	wake(c->e);
+}
+
 void glue_rx_ready(struct glue_conn *c)
 {
 	c->rx_op = false;

@@ -303,8 +303,11 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		return cq_take(cq, num_entries, wc);
 	/* Empty: a polling thread receives for its QPs itself rather than
 	 * wait for the engine to wake up, which is most of a small
-	 * message's latency. Another poller at it: skip. */
-	if (cq->nqps && !pthread_mutex_trylock(&cq->qps_lock)) {
+	 * message's latency. Not when the CQ is armed: that thread is
+	 * about to sleep on the channel and the engine must keep going.
+	 * Another poller at it: skip. */
+	if (cq->nqps && atomic_load(&cq->armed) == CQ_DISARMED &&
+	    !pthread_mutex_trylock(&cq->qps_lock)) {
 		for (int i = 0; i < cq->nqps; i++)
 			wisp_qp_progress(cq->qps[i]);
 		pthread_mutex_unlock(&cq->qps_lock);
@@ -318,6 +321,14 @@ int wisp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 	if (!ibcq->channel)
 		return EINVAL;
+	/* Whoever polled this CQ's QPs' sockets now waits for an event:
+	 * hand them back to the engine. */
+	if (cq->nqps) {
+		pthread_mutex_lock(&cq->qps_lock);
+		for (int i = 0; i < cq->nqps; i++)
+			wisp_qp_release(cq->qps[i]);
+		pthread_mutex_unlock(&cq->qps_lock);
+	}
 	/* Arming "any" over "solicited" widens it; never narrow it. */
 	if (solicited_only) {
 		int exp = CQ_DISARMED;

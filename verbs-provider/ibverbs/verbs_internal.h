@@ -42,6 +42,9 @@ struct wisp_qp;
  * (verbs_qp.c). Called by ibv_poll_cq on an empty CQ. */
 void wisp_qp_progress(struct wisp_qp *qp);
 
+/* The CQ's poller goes to sleep: give qp's socket back to the engine. */
+void wisp_qp_release(struct wisp_qp *qp);
+
 /* Add / remove qp on cq's list (verbs_cq.c). */
 int wisp_cq_add_qp(struct wisp_cq *cq, struct wisp_qp *qp);
 void wisp_cq_del_qp(struct wisp_cq *cq, const struct wisp_qp *qp);

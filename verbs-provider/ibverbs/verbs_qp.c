@@ -333,6 +333,12 @@ void wisp_qp_progress(struct wisp_qp *qp)
 		glue_conn_recv_now(qp->conn);
 }
 
+void wisp_qp_release(struct wisp_qp *qp)
+{
+	if (qp->conn)
+		glue_conn_release(qp->conn);
+}
+
 /* Close and free the stream; off the CQ lists' view first. */
 static void detach_conn(struct wisp_qp *qp)
 {
