@@ -12,7 +12,8 @@
 #   5. checks the ABI of the drop-in libibverbs.so.1 against Debian's and
 #      runs Debian's ibv_devinfo over it (scripts/abi-check.sh);
 #   6. runs the side-by-side benchmark briefly (figures only: a slow run
-#      fails nothing, a data mismatch does).
+#      fails nothing, a data mismatch does), then again under
+#      ThreadSanitizer, where any reported race fails.
 # It ends with one line "wisp: N passed, M failed" (each unit test of each
 # build counts once, and so does each build, fuzz target and cppcheck) and
 # exits non-zero if anything failed.
@@ -173,6 +174,17 @@ step "cppcheck" run_cppcheck
 step "ABI of libibverbs.so.1, Debian's ibv_devinfo over wisp" \
 	"$top/scripts/abi-check.sh" "$build/release"
 step "benchmark: wisp next to raw TCP on loopback" run_bench "$build/release"
+
+# Criterion cannot start under TSan (docs/testing.md); the benchmark is a
+# plain threaded program that drives both engines through every path of
+# the data path, so it is the ThreadSanitizer run.
+step "build (TSan)" configure_build "$build/tsan" \
+	-DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug -DWISP_TSAN=ON \
+	-DWISP_TESTS=OFF
+step "benchmark under ThreadSanitizer (no race may be reported)" \
+	env TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+	"$build/tsan/bench/wisp_bench" --seconds 1 --iters 2000 --warmup 100 \
+	--engine both
 
 echo
 for f in "${failures[@]}"; do echo "failed step: $f"; done
