@@ -74,6 +74,13 @@ int wisp_qp_set_stream_end_cb(struct ibv_qp *qp, wisp_stream_end_fn fn,
 int wisp_qp_disconnect(struct ibv_qp *qp);
 
 /*
+ * The QP of this process numbered qp_num (ibv_qp->qp_num), or NULL. For
+ * rdma_connect / rdma_accept given a QP by number (rdma_conn_param
+ * qp_num) rather than made with rdma_create_qp.
+ */
+struct ibv_qp *wisp_qp_lookup(uint32_t qp_num);
+
+/*
  * Test and benchmark helper: run the MPA exchange over the connected
  * socket fd (as initiator if active, else responder) with the given
  * preferences and attach the stream to qp. Blocks up to timeout_ms.

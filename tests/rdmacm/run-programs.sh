@@ -21,7 +21,7 @@ port=$((20000 + ($$ % 2000) * 10))
 
 cases=(
 	rping_ipv4 rping_ipv6 rping_sizes rping_mpa_rev1 rping_crc
-	rping_rtr_write rping_no_p2p
+	rping_rtr_write rping_no_p2p rping_self_qp
 	rdma_server_client_ipv4 rdma_server_client_ipv6
 	ucmatose_ipv4 ucmatose_ipv6_migrate
 	refused_rping_ipv4 refused_rping_ipv6 refused_rdma_client
@@ -104,6 +104,22 @@ rping_mpa_rev1() { rping_pair rping_mpa_rev1 127.0.0.1 1000 WISP_MPA_REV=1; }
 rping_crc() { rping_pair rping_crc ::1 1000 WISP_CRC=1; }
 rping_rtr_write() { rping_pair rping_rtr_write 127.0.0.1 1000 WISP_RTR=write; }
 rping_no_p2p() { rping_pair rping_no_p2p 127.0.0.1 1000 WISP_P2P=0; }
+
+# rping -q: QPs made with ibv_create_qp, named to rdma_accept/rdma_connect
+# by number, walked through INIT/RTR/RTS by rping, then rdma_establish.
+rping_self_qp() {
+	local n
+	next_port
+	server_client rping_self_qp rping -s -q -a 127.0.0.1 -p "$port" -C 10 \
+		-v -V -S 500 -- \
+		rping -c -q -a 127.0.0.1 -p "$port" -C 10 -v -V -S 500 || return 1
+	# rping's stdout and stderr interleave (the DISCONNECT line may cut a
+	# ping line in two): take that line out, then count the pings' ids.
+	n=$(sed -z 's/client DISCONNECT EVENT\.\.\.\n//g' \
+		"$logs/rping_self_qp.client" |
+		grep -o "ping data: rdma-ping-[0-9]*" | sort -u | wc -l)
+	[ "$n" -eq 10 ] || { echo "client printed $n pings, not 10" >&2; return 1; }
+}
 
 rdma_pair() {
 	next_port

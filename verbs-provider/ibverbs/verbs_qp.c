@@ -43,6 +43,7 @@ struct wisp_qp {
 	pthread_mutex_t core_lock;
 	struct wisp_cq *scq, *rcq;
 	struct wisp_srq *srq;
+	struct wisp_qp *qps_next;     /* process-wide list */
 	struct ibv_qp_cap cap;
 	bool sq_sig_all;
 	uint8_t ord, ird;         /* max_rd_atomic, max_dest_rd_atomic */
@@ -60,6 +61,10 @@ struct wisp_qp {
 };
 
 static atomic_uint next_qpn = 1;
+
+/* Every QP of the process, for wisp_qp_lookup(). */
+static pthread_mutex_t qps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wisp_qp *qps_head;
 
 static struct wisp_qp *to_wqp(struct ibv_qp *qp)
 {
@@ -438,6 +443,18 @@ err_close:
 	return ret;
 }
 
+struct ibv_qp *wisp_qp_lookup(uint32_t qp_num)
+{
+	struct wisp_qp *qp;
+
+	pthread_mutex_lock(&qps_lock);
+	for (qp = qps_head; qp; qp = qp->qps_next)
+		if (qp->base.qp.qp_num == qp_num)
+			break;
+	pthread_mutex_unlock(&qps_lock);
+	return qp ? &qp->base.qp : NULL;
+}
+
 int wisp_qp_set_stream_end_cb(struct ibv_qp *ibqp, wisp_stream_end_fn fn,
 			      void *arg)
 {
@@ -562,6 +579,10 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	pthread_cond_init(&qp->base.qp.cond, NULL);
 	set_state(qp, IBV_QPS_RESET);
 	wisp_pd_get(pd);
+	pthread_mutex_lock(&qps_lock);
+	qp->qps_next = qps_head;
+	qps_head = qp;
+	pthread_mutex_unlock(&qps_lock);
 	return &qp->base.qp;
 
 err_core:
@@ -675,7 +696,14 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
 		return EINVAL;
 	to = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
-	if ((mask & IBV_QP_STATE) && !transition_ok(cur, to))
+	/* iWARP: once the connection manager has moved the QP to RTS with
+	 * its stream, it owns the state; an application that walks its own
+	 * QP through INIT/RTR/RTS afterwards (rping -q) changes nothing, as
+	 * with siw. */
+	if (qp->conn && cur == IBV_QPS_RTS &&
+	    (to == IBV_QPS_INIT || to == IBV_QPS_RTR || to == IBV_QPS_RTS))
+		to = cur;
+	if ((mask & IBV_QP_STATE) && to != cur && !transition_ok(cur, to))
 		return EINVAL;
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
 		if (attr->max_rd_atomic > WISP_MAX_ORD)
@@ -753,6 +781,14 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 	if (!ibqp)
 		return EINVAL;
 	qp = to_wqp(ibqp);
+	pthread_mutex_lock(&qps_lock);
+	for (struct wisp_qp **pp = &qps_head; *pp; pp = &(*pp)->qps_next) {
+		if (*pp == qp) {
+			*pp = qp->qps_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&qps_lock);
 	detach_conn(qp);
 	wisp_cq_del_qp(qp->scq, qp);
 	if (qp->rcq != qp->scq)

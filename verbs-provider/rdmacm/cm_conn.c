@@ -532,6 +532,33 @@ static int depth_of(uint8_t v, uint8_t dflt, uint16_t *out)
 	return 0;
 }
 
+/*
+ * The QP a connection's stream goes to: the id's (rdma_create_qp), else
+ * the QP of this process that param->qp_num names. No QP and qp_num 0:
+ * a connection for the CM alone. wcm.lock held.
+ */
+static int resolve_qp(struct wcm_id *w, const struct rdma_conn_param *param,
+		      const char *what)
+{
+	w->ext_qp = NULL;
+	if (w->id.qp)
+		return 0;
+	if (!param) {
+		wcm_log(WCM_LOG_WARN, "%s: no QP on the id and no "
+			"rdma_conn_param naming one", what);
+		return -EINVAL;
+	}
+	if (!param->qp_num)
+		return 0;
+	w->ext_qp = wisp_qp_lookup(param->qp_num);
+	if (!w->ext_qp) {
+		wcm_log(WCM_LOG_WARN, "%s: no QP numbered %u in this process",
+			what, param->qp_num);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 {
 	uint8_t out[GLUE_MPA_FRAME_MAX];
@@ -550,15 +577,11 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		ret = -EINVAL;
 		goto err_unlock;
 	}
-	/* The stream goes to the QP made with rdma_create_qp on this id; a
-	 * QP named only by number cannot be found from here. */
-	if (!id->qp && (!param || param->qp_num)) {
-		wcm_log(WCM_LOG_WARN, "rdma_accept: create the QP with "
-			"rdma_create_qp on the id (a QP given by number is "
-			"not supported)");
-		ret = -EINVAL;
+	/* The stream goes to the id's QP, or to the one the application
+	 * made itself and names by number (rdma_conn_param.qp_num). */
+	ret = resolve_qp(w, param, "rdma_accept");
+	if (ret)
 		goto err_unlock;
-	}
 	wcm_opts_prefs(&w->opts, &prefs);
 	ret = depth_of(param ? param->responder_resources : 0xff, w->req_ird,
 		       &prefs.ird);
@@ -582,7 +605,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	fd = w->fd;
 	w->fd = -1;
 	w->state = WCM_ATTACHING;
-	qp = id->qp;
+	qp = id->qp ? id->qp : w->ext_qp;
 	tmo = w->opts.timeout_ms;
 	pthread_mutex_unlock(&wcm.lock);
 
@@ -718,7 +741,7 @@ static void *connect_thread(void *arg)
 	prefs.pdata = w->conn_pdata_len ? w->conn_pdata : NULL;
 	prefs.pdata_len = w->conn_pdata_len;
 	tmo = w->opts.timeout_ms;
-	qp = w->id.qp;
+	qp = w->id.qp ? w->id.qp : w->ext_qp;
 	fd = w->fd;
 	pthread_mutex_unlock(&wcm.lock);
 
@@ -804,16 +827,11 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		ret = -EINVAL;
 		goto out;
 	}
-	/* As rdma_accept: the stream needs the id's own QP. Without a QP
-	 * and without a QP number the connection is made for the CM alone
-	 * (events, no data). */
-	if (!id->qp && (!param || param->qp_num)) {
-		wcm_log(WCM_LOG_WARN, "rdma_connect: create the QP with "
-			"rdma_create_qp on the id (a QP given by number is "
-			"not supported)");
-		ret = -EINVAL;
+	/* As rdma_accept. Without a QP and without a QP number the
+	 * connection is made for the CM alone (events, no data). */
+	ret = resolve_qp(w, param, "rdma_connect");
+	if (ret)
 		goto out;
-	}
 	ret = depth_of(param ? param->responder_resources : 0xff,
 		       WCM_MAX_RD_ATOMIC, &w->ird);
 	if (!ret)
@@ -862,12 +880,21 @@ out:
 
 int rdma_establish(struct rdma_cm_id *id)
 {
-	/* rdma-core: for an InfiniBand connection made without a QP, the
-	 * RTU after CONNECT_RESPONSE. iWARP has no such step (the kernel
-	 * raises ESTABLISHED, never CONNECT_RESPONSE). */
+	/* rdma-core: for a connection whose QP the application made
+	 * itself, the step after CONNECT_RESPONSE. iWARP completes the MPA
+	 * exchange before ESTABLISHED and never raises CONNECT_RESPONSE,
+	 * so once connected there is nothing left to do; before, it is
+	 * out of place. */
+	struct wcm_id *w;
+	int state;
+
 	if (!id || id->qp)
 		return fail(-EINVAL);
-	return fail(-EOPNOTSUPP);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	state = w->state;
+	pthread_mutex_unlock(&wcm.lock);
+	return state == WCM_CONNECTED ? 0 : fail(-EINVAL);
 }
 
 int rdma_disconnect(struct rdma_cm_id *id)
@@ -884,7 +911,7 @@ int rdma_disconnect(struct rdma_cm_id *id)
 		if (w->no_qp)
 			shutdown(w->fd, SHUT_RDWR);
 		else
-			qp = id->qp;
+			qp = id->qp ? id->qp : w->ext_qp;
 		break;
 	case WCM_DISCONNECTED:
 		/* The peer was first. A synchronous id still collects the

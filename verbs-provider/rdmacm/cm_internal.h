@@ -170,6 +170,7 @@ struct wcm_id {
 	bool sync;                /* private channel, calls wait for events */
 	bool dying;               /* rdma_destroy_id under way */
 	int fd;                   /* the id's socket, or -1 */
+	struct ibv_qp *ext_qp;    /* a QP named by rdma_conn_param.qp_num */
 	int wake_fd;              /* listener: eventfd to stop its thread */
 	int workers;              /* CM threads using this id */
 	unsigned int events_out;  /* delivered, not yet acked */
