@@ -1,0 +1,1599 @@
+// SPDX-License-Identifier: MIT
+/*
+ * wisp_bench.c - wisp against raw TCP on the same loopback, in one run.
+ *
+ * Two RC QPs, each in its own device context (so each side has its own
+ * engine thread, as two hosts would), connected over 127.0.0.1 with
+ * wisp_qp_connect_fd(); then, for every test, the same traffic pattern
+ * over a plain TCP socket pair, in the same process:
+ *
+ *   RDMA WRITE 64 KiB and 1 MiB  vs  blocking send() loop into a recv()er
+ *   RDMA READ 64 KiB             vs  pipelined 16-octet request /
+ *                                    64 KiB response
+ *   SEND 8 octets ping-pong      vs  8-octet write/read ping-pong
+ *
+ * docs/benchmarks.md defines each baseline exactly; keep the two in step.
+ * The first and the last message of every bandwidth run are checked
+ * octet for octet at their destination, and any mismatch ends the run
+ * with exit status 1.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <linux/io_uring.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "wisp_private.h"
+
+#define KIB               1024u
+#define MIB               (1024u * 1024u)
+#define MAX_MSG           MIB          /* largest message any test sends */
+#define MAX_WINDOW        128u         /* WISP_MAX_ORD: READs in flight */
+#define CTL_SLOTS         64u          /* receive buffers per side */
+#define CTL_SLOT_LEN      64u
+#define LAT_MSG           8u
+#define SIGNAL_EVERY      64u          /* latency SENDs: one in 64 signaled */
+#define STALL_MS          10000        /* no completion for this long: die */
+#define CONNECT_MS        10000
+#define TCP_MIN_BYTES     (1ull << 30) /* TCP baselines move at least this */
+#define STAMP_MAGIC       0x5749535042454e43ull /* "WISPBENC" */
+#define STOP_WORD         UINT64_MAX   /* ping-pong: "no more, do not echo" */
+
+#ifndef WISP_BENCH_BUILD_TYPE
+#define WISP_BENCH_BUILD_TYPE "unknown"
+#endif
+
+enum poll_mode {
+	POLL_BUSY,                /* spin on ibv_poll_cq */
+	POLL_YIELD,               /* the same, sched_yield() when empty */
+	POLL_EVENT,               /* sleep on the completion channel */
+};
+
+static const char *const poll_name[] = {
+	[POLL_BUSY] = "busy",
+	[POLL_YIELD] = "yield",
+	[POLL_EVENT] = "event",
+};
+
+enum test_id {
+	T_WRITE_64K,
+	T_WRITE_1M,
+	T_READ_64K,
+	T_SEND_LAT,
+	T_COUNT,
+};
+
+struct test_desc {
+	const char *key;          /* --tests name and CSV column */
+	const char *title;        /* table row */
+	uint32_t size;            /* message size */
+};
+
+static const struct test_desc tests[T_COUNT] = {
+	[T_WRITE_64K] = { "write_64k", "RDMA WRITE 64 KiB", 64 * KIB },
+	[T_WRITE_1M] = { "write_1m", "RDMA WRITE 1 MiB", MIB },
+	[T_READ_64K] = { "read_64k", "RDMA READ 64 KiB", 64 * KIB },
+	[T_SEND_LAT] = { "send_lat", "SEND 8 B latency", LAT_MSG },
+};
+
+#define MAX_ENGINES 2
+
+struct cfg {
+	double seconds;
+	unsigned int iters, warmup, window, repeat;
+	bool crc, one_engine, tcp;
+	double load;              /* 1-minute load average at the start */
+	enum poll_mode bw_poll, lat_poll;
+	const char *engine[MAX_ENGINES];  /* WISP_ENGINE values */
+	int n_engines;
+	bool run[T_COUNT];
+	const char *csv;
+};
+
+/* What one run of one test on one transport measured. */
+struct meas {
+	bool done;
+	double value;             /* Gbit/s, or the median in microseconds */
+	double p99;               /* latency only */
+	uint64_t count;           /* messages or iterations */
+	double cpu;               /* process CPU seconds / wall seconds */
+};
+
+struct results {
+	struct meas wisp[MAX_ENGINES][T_COUNT];
+	struct meas tcp[T_COUNT];
+	struct meas tcp_polled;   /* ping-pong, TCP waiting as wisp does */
+};
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                            */
+/* ------------------------------------------------------------------ */
+
+static void die(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("wisp_bench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* User + system CPU time of the whole process, in seconds. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static void *xalloc(size_t len)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, 4096, len))
+		die("out of memory (%zu octets)", len);
+	/* Fault every page in now, not inside a timed loop. */
+	memset(p, 0, len);
+	return p;
+}
+
+/*
+ * The payload of slot `seed`: a xorshift stream, so that an octet placed
+ * at the wrong offset, or from the wrong message, does not compare equal.
+ * len is a multiple of 8.
+ */
+static void pattern_fill(uint8_t *p, size_t len, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull | 1;
+
+	for (size_t i = 0; i + 8 <= len; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(p + i, &x, 8);
+	}
+}
+
+/* The message's sequence number in its first and last 8 octets. */
+static void stamp(uint8_t *p, size_t len, uint64_t seq)
+{
+	uint64_t v = seq ^ STAMP_MAGIC;
+
+	memcpy(p, &v, 8);
+	memcpy(p + len - 8, &v, 8);
+}
+
+/*
+ * Compare the message that arrived at got with slot `seed`'s pattern
+ * (stamped with seq unless seq is UINT64_MAX). A mismatch ends the run.
+ */
+static void verify(const char *what, const uint8_t *got, size_t len,
+		   uint64_t seed, uint64_t seq)
+{
+	uint8_t *exp = malloc(len);
+
+	if (!exp)
+		die("out of memory");
+	pattern_fill(exp, len, seed);
+	if (seq != UINT64_MAX)
+		stamp(exp, len, seq);
+	if (memcmp(exp, got, len)) {
+		size_t off;
+
+		for (off = 0; off < len && exp[off] == got[off]; off++)
+			;
+		die("DATA MISMATCH: %s (%zu octets, message %" PRIu64
+		    "): octet %zu is 0x%02x, expected 0x%02x", what, len,
+		    seq == UINT64_MAX ? seed : seq, off, got[off], exp[off]);
+	}
+	free(exp);
+}
+
+/* ------------------------------------------------------------------ */
+/* TCP                                                                */
+/* ------------------------------------------------------------------ */
+
+/* A connected pair of TCP sockets over 127.0.0.1. */
+static void tcp_pair(int *cli, int *srv, bool nodelay)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	int lfd, one = 1;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) ||
+	    listen(lfd, 1) ||
+	    getsockname(lfd, (struct sockaddr *)&sin, &len))
+		die("listen on 127.0.0.1: %s", strerror(errno));
+	*cli = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*cli < 0 || connect(*cli, (struct sockaddr *)&sin, sizeof(sin)))
+		die("connect to 127.0.0.1: %s", strerror(errno));
+	*srv = accept(lfd, NULL, NULL);
+	if (*srv < 0)
+		die("accept: %s", strerror(errno));
+	close(lfd);
+	if (nodelay &&
+	    (setsockopt(*cli, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+	     setsockopt(*srv, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one))))
+		die("TCP_NODELAY: %s", strerror(errno));
+}
+
+static void send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("TCP send: %s", n ? strerror(errno) : "EOF");
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void recv_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = recv(fd, p, len, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("TCP recv: %s", n ? strerror(errno) : "peer closed");
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+struct tcp_bw {
+	int fd;
+	uint32_t size, window;
+	uint64_t count;           /* messages (or requests) to move */
+	uint8_t *buf;
+	uint64_t end_ns;          /* when the last octet arrived */
+};
+
+/* WRITE baseline, receiving side: messages into one buffer, the first
+ * and the last into buffers of their own to be checked. */
+static void *tcp_write_reader(void *arg)
+{
+	struct tcp_bw *t = arg;
+	uint8_t *first = xalloc(t->size), *last = xalloc(t->size);
+
+	for (uint64_t i = 0; i < t->count; i++) {
+		uint8_t *dst = i == 0 ? first :
+			       i == t->count - 1 ? last : t->buf;
+
+		recv_all(t->fd, dst, t->size);
+	}
+	t->end_ns = now_ns();
+	verify("TCP WRITE baseline, first message", first, t->size, 1, 0);
+	verify("TCP WRITE baseline, last message", last, t->size,
+	       (t->count - 1) % t->window + 1, t->count - 1);
+	free(first);
+	free(last);
+	return NULL;
+}
+
+static void tcp_write_bw(uint32_t size, uint32_t window, uint64_t count,
+			 struct meas *m)
+{
+	struct tcp_bw rd = { .size = size, .window = window, .count = count };
+	uint8_t *src = xalloc((size_t)window * size);
+	pthread_t th;
+	uint64_t t0;
+	double c0;
+	int cli;
+
+	rd.buf = xalloc(size);
+	for (uint32_t s = 0; s < window; s++)
+		pattern_fill(src + (size_t)s * size, size, s + 1);
+	tcp_pair(&cli, &rd.fd, false);
+	if (pthread_create(&th, NULL, tcp_write_reader, &rd))
+		die("pthread_create failed");
+	c0 = cpu_s();
+	t0 = now_ns();
+	for (uint64_t i = 0; i < count; i++) {
+		uint8_t *p = src + (size_t)(i % window) * size;
+
+		stamp(p, size, i);
+		send_all(cli, p, size);
+	}
+	pthread_join(th, NULL);
+	m->value = (double)count * size * 8 / (double)(rd.end_ns - t0);
+	m->cpu = (cpu_s() - c0) / ((double)(rd.end_ns - t0) / 1e9);
+	m->count = count;
+	m->done = true;
+	close(cli);
+	close(rd.fd);
+	free(rd.buf);
+	free(src);
+}
+
+/* A READ baseline request: which slot to send back. */
+struct tcp_req {
+	uint64_t seq;
+	uint64_t slot;
+};
+
+/* READ baseline, responding side: for every request, the whole slot. */
+static void *tcp_read_server(void *arg)
+{
+	struct tcp_bw *t = arg;
+	struct tcp_req req[MAX_WINDOW];
+	size_t have = 0;
+	uint64_t served = 0;
+
+	while (served < t->count) {
+		ssize_t n = recv(t->fd, (uint8_t *)req + have,
+				 sizeof(req) - have, 0);
+		size_t k;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("TCP READ baseline: recv: %s",
+			    n ? strerror(errno) : "peer closed");
+		have += (size_t)n;
+		for (k = 0; k < have / sizeof(req[0]); k++) {
+			if (req[k].seq != served || req[k].slot >= t->window)
+				die("TCP READ baseline: bad request %" PRIu64
+				    " (slot %" PRIu64 ")", req[k].seq,
+				    req[k].slot);
+			send_all(t->fd, t->buf + req[k].slot * t->size,
+				 t->size);
+			served++;
+		}
+		/* Keep a partial request for the next recv(). */
+		have -= k * sizeof(req[0]);
+		memmove(req, req + k, have);
+	}
+	return NULL;
+}
+
+static void tcp_read_bw(uint32_t size, uint32_t window, uint64_t count,
+			struct meas *m)
+{
+	struct tcp_bw srv = { .size = size, .window = window, .count = count };
+	uint8_t *dst = xalloc((size_t)(window + 2) * size);
+	uint64_t sent = 0, t0, t1;
+	pthread_t th;
+	double c0;
+	int cli;
+
+	srv.buf = xalloc((size_t)window * size);
+	for (uint32_t s = 0; s < window; s++)
+		pattern_fill(srv.buf + (size_t)s * size, size, s + 1);
+	/* Poison the slots the first and the last response land in. */
+	memset(dst + (size_t)window * size, 0xee, 2 * (size_t)size);
+	/* Requests are 16 octets: without NODELAY they would wait. */
+	tcp_pair(&cli, &srv.fd, true);
+	if (pthread_create(&th, NULL, tcp_read_server, &srv))
+		die("pthread_create failed");
+	c0 = cpu_s();
+	t0 = now_ns();
+	for (uint64_t i = 0; i < count; i++) {
+		uint64_t slot;
+
+		/* Keep `window` requests outstanding, as the READs are. */
+		while (sent < count && sent - i < window) {
+			struct tcp_req r = { sent, sent % window };
+
+			send_all(cli, &r, sizeof(r));
+			sent++;
+		}
+		slot = i == 0 ? window : i == count - 1 ? window + 1 :
+		       i % window;
+		recv_all(cli, dst + slot * size, size);
+	}
+	t1 = now_ns();
+	pthread_join(th, NULL);
+	verify("TCP READ baseline, first response", dst + (size_t)window * size,
+	       size, 1, UINT64_MAX);
+	verify("TCP READ baseline, last response",
+	       dst + (size_t)(window + 1) * size, size,
+	       (count - 1) % window + 1, UINT64_MAX);
+	m->value = (double)count * size * 8 / (double)(t1 - t0);
+	m->cpu = (cpu_s() - c0) / ((double)(t1 - t0) / 1e9);
+	m->count = count;
+	m->done = true;
+	close(cli);
+	close(srv.fd);
+	free(srv.buf);
+	free(dst);
+}
+
+/*
+ * The clock of a ping-pong run: warm up for c->warmup iterations or a
+ * fifth of c->seconds, whichever ends first, then measure c->iters
+ * iterations, and stop anyway once c->seconds have passed.
+ */
+struct lat_clock {
+	uint64_t t0, warm_end, deadline;
+	uint64_t i, n;            /* iterations done, of which measured */
+	bool measuring;
+};
+
+static void lat_clock_start(struct lat_clock *k, const struct cfg *c)
+{
+	memset(k, 0, sizeof(*k));
+	k->t0 = now_ns();
+	k->warm_end = k->t0 + (uint64_t)(c->seconds * 1e9) / 5;
+	k->deadline = k->t0 + (uint64_t)(c->seconds * 1e9);
+}
+
+/* Before an iteration: its start time, or 0 when the run is over. */
+static uint64_t lat_clock_next(struct lat_clock *k, const struct cfg *c)
+{
+	uint64_t t = now_ns();
+
+	if (k->n >= c->iters || t > k->deadline)
+		return 0;
+	k->measuring = k->i >= c->warmup || t >= k->warm_end;
+	return t;
+}
+
+static void lat_clock_done(struct lat_clock *k, uint64_t *rtt, uint64_t t)
+{
+	if (k->measuring)
+		rtt[k->n++] = now_ns() - t;
+	k->i++;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median and 99th percentile of n round trips, halved, in microseconds. */
+static void lat_stats(uint64_t *rtt, uint64_t n, struct meas *m)
+{
+	uint64_t i99;
+
+	if (!n)
+		die("no ping-pong measured within --seconds: raise --seconds");
+	qsort(rtt, n, sizeof(*rtt), cmp_u64);
+	i99 = (n * 99 + 99) / 100 - 1;   /* ceil(0.99 n) - 1 */
+	m->value = (double)rtt[n / 2] / 2 / 1000;
+	m->p99 = (double)rtt[i99 < n ? i99 : n - 1] / 2 / 1000;
+	m->count = n;
+	m->done = true;
+}
+
+/*
+ * recv_all(), or with mode busy / yield the same without ever sleeping in
+ * the kernel: MSG_DONTWAIT in a loop, with sched_yield() on EAGAIN for
+ * yield. That is how wisp's ping-pong waits for its completions.
+ */
+static void recv_polled(int fd, void *buf, size_t len, enum poll_mode mode)
+{
+	uint8_t *p = buf;
+
+	if (mode == POLL_EVENT) {
+		recv_all(fd, buf, len);
+		return;
+	}
+	while (len) {
+		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			if (mode == POLL_YIELD)
+				sched_yield();
+			continue;
+		}
+		if (n <= 0)
+			die("TCP recv: %s", n ? strerror(errno) : "peer closed");
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+struct tcp_echo_args {
+	int fd;
+	enum poll_mode mode;
+};
+
+static void *tcp_echo(void *arg)
+{
+	const struct tcp_echo_args *a = arg;
+
+	for (;;) {
+		uint64_t v;
+
+		recv_polled(a->fd, &v, sizeof(v), a->mode);
+		if (v == STOP_WORD)
+			return NULL;
+		send_all(a->fd, &v, sizeof(v));
+	}
+}
+
+/* The ping-pong baseline; mode POLL_EVENT is plain blocking sockets. */
+static void tcp_lat(const struct cfg *c, enum poll_mode mode, struct meas *m)
+{
+	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
+	uint64_t stop = STOP_WORD, t;
+	struct tcp_echo_args echo = { .mode = mode };
+	struct lat_clock k;
+	pthread_t th;
+	double c0;
+	int cli;
+
+	if (!rtt)
+		die("out of memory");
+	tcp_pair(&cli, &echo.fd, true);
+	if (pthread_create(&th, NULL, tcp_echo, &echo))
+		die("pthread_create failed");
+	c0 = cpu_s();
+	lat_clock_start(&k, c);
+	while ((t = lat_clock_next(&k, c))) {
+		uint64_t v = k.i;
+
+		send_all(cli, &v, sizeof(v));
+		recv_polled(cli, &v, sizeof(v), mode);
+		if (v != k.i)
+			die("TCP ping-pong: got %" PRIu64 ", expected %" PRIu64,
+			    v, k.i);
+		lat_clock_done(&k, rtt, t);
+	}
+	m->cpu = (cpu_s() - c0) / ((double)(now_ns() - k.t0) / 1e9);
+	send_all(cli, &stop, sizeof(stop));
+	pthread_join(th, NULL);
+	lat_stats(rtt, k.n, m);
+	close(cli);
+	close(echo.fd);
+	free(rtt);
+}
+
+/* ------------------------------------------------------------------ */
+/* wisp: two connected QPs                                            */
+/* ------------------------------------------------------------------ */
+
+struct bcq {
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *ch;
+	bool armed;
+	unsigned int unacked;     /* events read but not yet acknowledged */
+};
+
+struct side {
+	struct ibv_context *ctx;
+	bool own_ctx;
+	struct ibv_pd *pd;
+	struct bcq scq, rcq;
+	struct ibv_qp *qp;
+	uint8_t *buf;             /* window + 2 slots of MAX_MSG octets */
+	size_t buf_len;
+	struct ibv_mr *mr;
+	uint8_t *ctl;             /* CTL_SLOTS receive slots + 1 send slot */
+	struct ibv_mr *ctl_mr;
+};
+
+struct pair {
+	struct side a, b;         /* a: initiator and client */
+	uint32_t window;          /* outstanding WRs, also the ORD / IRD */
+};
+
+static void bcq_init(struct bcq *c, struct ibv_context *ctx, int cqe)
+{
+	c->ch = ibv_create_comp_channel(ctx);
+	if (!c->ch)
+		die("ibv_create_comp_channel: %s", strerror(errno));
+	c->cq = ibv_create_cq(ctx, cqe, NULL, c->ch, 0);
+	if (!c->cq)
+		die("ibv_create_cq: %s", strerror(errno));
+}
+
+static void bcq_fini(struct bcq *c)
+{
+	if (c->unacked)
+		ibv_ack_cq_events(c->cq, c->unacked);
+	if (ibv_destroy_cq(c->cq) || ibv_destroy_comp_channel(c->ch))
+		die("destroying a CQ failed");
+}
+
+/*
+ * Wait for completions on c and return how many (1..max) were put in wc,
+ * all successful: an error completion ends the run. POLL_EVENT arms the
+ * CQ and sleeps on its channel when it is empty; POLL_BUSY spins.
+ */
+static int bcq_wait(struct bcq *c, struct ibv_wc *wc, int max,
+		    enum poll_mode mode, const char *what)
+{
+	uint64_t give_up = 0;
+	unsigned int spins = 0;
+	int n;
+
+	for (;;) {
+		n = ibv_poll_cq(c->cq, max, wc);
+		if (n < 0)
+			die("%s: ibv_poll_cq: %d", what, n);
+		if (n)
+			break;
+		if (mode != POLL_EVENT) {
+			if (mode == POLL_YIELD)
+				sched_yield();
+			if (++spins % 4096)
+				continue;
+			if (!give_up)
+				give_up = now_ns() + STALL_MS * 1000000ull;
+			else if (now_ns() > give_up)
+				die("%s: no completion for %d ms", what,
+				    STALL_MS);
+			continue;
+		}
+		if (!c->armed) {
+			if (ibv_req_notify_cq(c->cq, 0))
+				die("%s: ibv_req_notify_cq failed", what);
+			c->armed = true;
+			continue; /* poll again: one may have slipped in */
+		}
+		{
+			struct pollfd pfd = { .fd = c->ch->fd, .events = POLLIN };
+			struct ibv_cq *ev_cq;
+			void *ev_ctx;
+
+			if (poll(&pfd, 1, STALL_MS) == 0)
+				die("%s: no completion for %d ms", what,
+				    STALL_MS);
+			if (ibv_get_cq_event(c->ch, &ev_cq, &ev_ctx))
+				die("%s: ibv_get_cq_event failed", what);
+			c->armed = false;
+			if (++c->unacked >= 256) {
+				ibv_ack_cq_events(c->cq, c->unacked);
+				c->unacked = 0;
+			}
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (wc[i].status != IBV_WC_SUCCESS)
+			die("%s: completion of WR %" PRIu64 ": %s (vendor %u)",
+			    what, wc[i].wr_id, ibv_wc_status_str(wc[i].status),
+			    wc[i].vendor_err);
+	return n;
+}
+
+static void post_recv_slot(struct side *s, uint32_t slot)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(s->ctl + slot * CTL_SLOT_LEN),
+		.length = CTL_SLOT_LEN,
+		.lkey = s->ctl_mr->lkey,
+	};
+	struct ibv_recv_wr wr = { .wr_id = slot, .sg_list = &sge,
+				  .num_sge = 1 }, *bad;
+	int ret = ibv_post_recv(s->qp, &wr, &bad);
+
+	if (ret)
+		die("ibv_post_recv: %s", strerror(ret));
+}
+
+/* An 8-octet SEND from the side's send slot, inline. */
+static void post_send8(struct side *s, uint64_t v, bool signaled)
+{
+	uint8_t *p = s->ctl + CTL_SLOTS * CTL_SLOT_LEN;
+	struct ibv_sge sge = { .addr = (uintptr_t)p, .length = 8,
+			       .lkey = s->ctl_mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = v, .sg_list = &sge, .num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_INLINE |
+			      (signaled ? IBV_SEND_SIGNALED : 0),
+	}, *bad;
+	int ret;
+
+	memcpy(p, &v, 8);
+	ret = ibv_post_send(s->qp, &wr, &bad);
+	if (ret)
+		die("ibv_post_send (SEND): %s", strerror(ret));
+}
+
+static void side_init(struct side *s, struct ibv_device *dev,
+		      struct ibv_context *share, uint32_t window)
+{
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_qp_attr qa = { 0 };
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+		     IBV_ACCESS_REMOTE_READ;
+
+	s->own_ctx = !share;
+	s->ctx = share ? share : ibv_open_device(dev);
+	if (!s->ctx)
+		die("ibv_open_device: %s", strerror(errno));
+	s->pd = ibv_alloc_pd(s->ctx);
+	if (!s->pd)
+		die("ibv_alloc_pd: %s", strerror(errno));
+	bcq_init(&s->scq, s->ctx, 4096);
+	bcq_init(&s->rcq, s->ctx, 4096);
+	ia.send_cq = s->scq.cq;
+	ia.recv_cq = s->rcq.cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 2 * MAX_WINDOW + 2 * SIGNAL_EVERY;
+	ia.cap.max_recv_wr = CTL_SLOTS;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	ia.cap.max_inline_data = LAT_MSG;
+	s->qp = ibv_create_qp(s->pd, &ia);
+	if (!s->qp)
+		die("ibv_create_qp: %s", strerror(errno));
+	qa.qp_state = IBV_QPS_INIT;
+	qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	if (ibv_modify_qp(s->qp, &qa, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS))
+		die("ibv_modify_qp to INIT failed");
+	qa.max_rd_atomic = (uint8_t)window;
+	qa.max_dest_rd_atomic = (uint8_t)window;
+	if (ibv_modify_qp(s->qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC |
+			  IBV_QP_MAX_DEST_RD_ATOMIC))
+		die("ibv_modify_qp (ORD/IRD %u) failed", window);
+	s->buf_len = (size_t)(window + 2) * MAX_MSG;
+	s->buf = xalloc(s->buf_len);
+	s->mr = ibv_reg_mr(s->pd, s->buf, s->buf_len, access);
+	s->ctl = xalloc((CTL_SLOTS + 1) * CTL_SLOT_LEN);
+	s->ctl_mr = ibv_reg_mr(s->pd, s->ctl, (CTL_SLOTS + 1) * CTL_SLOT_LEN,
+			       IBV_ACCESS_LOCAL_WRITE);
+	if (!s->mr || !s->ctl_mr)
+		die("ibv_reg_mr: %s", strerror(errno));
+	for (uint32_t i = 0; i < CTL_SLOTS; i++)
+		post_recv_slot(s, i);
+}
+
+static void side_fini(struct side *s)
+{
+	if (ibv_destroy_qp(s->qp))
+		die("ibv_destroy_qp failed");
+	if (ibv_dereg_mr(s->mr) || ibv_dereg_mr(s->ctl_mr))
+		die("ibv_dereg_mr failed");
+	bcq_fini(&s->scq);
+	bcq_fini(&s->rcq);
+	if (ibv_dealloc_pd(s->pd))
+		die("ibv_dealloc_pd failed");
+	if (s->own_ctx && ibv_close_device(s->ctx))
+		die("ibv_close_device failed");
+	free(s->buf);
+	free(s->ctl);
+}
+
+struct accept_args {
+	struct ibv_qp *qp;
+	int fd;
+	struct wisp_mpa_prefs prefs;
+	int ret;
+};
+
+static void *accept_main(void *arg)
+{
+	struct accept_args *a = arg;
+
+	a->ret = wisp_qp_connect_fd(a->qp, a->fd, false, &a->prefs,
+				    CONNECT_MS);
+	return NULL;
+}
+
+/*
+ * Set up both sides on the engine named by engine (a WISP_ENGINE value,
+ * read when a context starts its engine) and connect them: MPA rev 2,
+ * peer-to-peer with a WRITE RTR, the CRC as configured.
+ */
+static void pair_setup(struct pair *p, const struct cfg *c, const char *engine)
+{
+	struct wisp_mpa_prefs prefs = {
+		.mpa_rev = 2, .crc = c->crc, .p2p = true,
+		.ird = (uint16_t)c->window, .ord = (uint16_t)c->window,
+	};
+	struct accept_args acc = { .prefs = prefs };
+	struct ibv_device **list;
+	pthread_t th;
+	int n = 0, cfd, ret;
+
+	if (setenv("WISP_ENGINE", engine, 1))
+		die("setenv: %s", strerror(errno));
+	memset(p, 0, sizeof(*p));
+	p->window = c->window;
+	list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		die("no RDMA device: is wisp's libibverbs.so.1 the one loaded?");
+	if (strncmp(ibv_get_device_name(list[0]), "wisp", 4))
+		die("device %s is not wisp's: run the binary from the build "
+		    "tree, or with LD_LIBRARY_PATH=<build>/lib",
+		    ibv_get_device_name(list[0]));
+	side_init(&p->a, list[0], NULL, c->window);
+	side_init(&p->b, list[0], c->one_engine ? p->a.ctx : NULL, c->window);
+	ibv_free_device_list(list);
+
+	tcp_pair(&cfd, &acc.fd, false);
+	acc.qp = p->b.qp;
+	if (pthread_create(&th, NULL, accept_main, &acc))
+		die("pthread_create failed");
+	ret = wisp_qp_connect_fd(p->a.qp, cfd, true, &prefs, CONNECT_MS);
+	pthread_join(th, NULL);
+	if (ret || acc.ret)
+		die("connecting the QPs with WISP_ENGINE=%s: initiator %s, "
+		    "responder %s", engine, strerror(ret), strerror(acc.ret));
+}
+
+static void pair_teardown(struct pair *p)
+{
+	/* b first: it may be using a's context. */
+	side_fini(&p->b);
+	side_fini(&p->a);
+}
+
+static uint8_t *slot_of(struct side *s, uint32_t size, uint64_t slot)
+{
+	return s->buf + slot * size;
+}
+
+/*
+ * The shape shared by the WRITE and READ runs: keep `window` WRs
+ * outstanding for c->seconds, then post one last WR and drain. Message
+ * 0 and the last message use slots window and window + 1 of the data
+ * destination, which no other message touches and which start poisoned,
+ * so that both can be checked whole afterwards. Returns the count.
+ */
+static uint64_t wisp_stream(struct pair *p, const struct cfg *c,
+			    enum ibv_wr_opcode op, uint32_t size,
+			    uint64_t *t0_out)
+{
+	uint32_t w = p->window;
+	uint64_t posted = 0, done = 0, t0, end;
+	bool last = false;
+	struct ibv_wc wc[64];
+
+	t0 = now_ns();
+	end = t0 + (uint64_t)(c->seconds * 1e9);
+	while (!last || done < posted) {
+		while (!last && posted - done < w) {
+			uint64_t s = posted % w, d = s;
+			struct ibv_sge sge = { .length = size };
+			struct ibv_send_wr wr = {
+				.wr_id = posted, .sg_list = &sge,
+				.num_sge = 1, .opcode = op,
+				.send_flags = IBV_SEND_SIGNALED,
+			}, *bad;
+			int ret;
+
+			/* posted - done < w: slot s's last user completed. */
+			if (posted && now_ns() >= end)
+				last = true;
+			if (posted == 0)
+				d = w;
+			else if (last)
+				d = w + 1;
+			if (op == IBV_WR_RDMA_WRITE)
+				stamp(slot_of(&p->a, size, s), size, posted);
+			/* The local buffer is a's; the remote one b's. */
+			sge.addr = (uintptr_t)slot_of(&p->a, size,
+				op == IBV_WR_RDMA_WRITE ? s : d);
+			sge.lkey = p->a.mr->lkey;
+			wr.wr.rdma.remote_addr = (uintptr_t)slot_of(&p->b, size,
+				op == IBV_WR_RDMA_WRITE ? d : s);
+			wr.wr.rdma.rkey = p->b.mr->rkey;
+			ret = ibv_post_send(p->a.qp, &wr, &bad);
+			if (ret)
+				die("ibv_post_send (%s %u): %s",
+				    op == IBV_WR_RDMA_WRITE ? "WRITE" : "READ",
+				    size, strerror(ret));
+			posted++;
+		}
+		done += (uint64_t)bcq_wait(&p->a.scq, wc, 64, c->bw_poll,
+					   "bandwidth run");
+	}
+	*t0_out = t0;
+	return posted;
+}
+
+static void wisp_write_bw(struct pair *p, const struct cfg *c, uint32_t size,
+			  struct meas *m)
+{
+	uint32_t w = p->window;
+	struct ibv_wc wc;
+	uint64_t n, t0, t1, last;
+	double c0;
+
+	for (uint32_t s = 0; s < w; s++)
+		pattern_fill(slot_of(&p->a, size, s), size, s + 1);
+	memset(slot_of(&p->b, size, w), 0xee, 2 * (size_t)size);
+	c0 = cpu_s();
+	n = wisp_stream(p, c, IBV_WR_RDMA_WRITE, size, &t0);
+	/*
+	 * A WRITE's completion only frees the source buffer. A SEND behind
+	 * the WRITEs completes at b after all of them are placed (RFC 5040
+	 * 5.5: messages on one stream are delivered in order), so the clock
+	 * stops, and b checks its memory, when that SEND arrives.
+	 */
+	post_send8(&p->a, n, true);
+	bcq_wait(&p->b.rcq, &wc, 1, c->bw_poll, "WRITE run: final SEND");
+	t1 = now_ns();
+	post_recv_slot(&p->b, (uint32_t)wc.wr_id);
+	bcq_wait(&p->a.scq, &wc, 1, c->bw_poll, "WRITE run: final SEND");
+	last = n - 1;
+	verify("wisp RDMA WRITE, first message", slot_of(&p->b, size, w), size,
+	       1, 0);
+	verify("wisp RDMA WRITE, last message", slot_of(&p->b, size, w + 1),
+	       size, last % w + 1, last);
+	m->value = (double)n * size * 8 / (double)(t1 - t0);
+	m->cpu = (cpu_s() - c0) / ((double)(t1 - t0) / 1e9);
+	m->count = n;
+	m->done = true;
+}
+
+static void wisp_read_bw(struct pair *p, const struct cfg *c, uint32_t size,
+			 struct meas *m)
+{
+	uint32_t w = p->window;
+	uint64_t n, t0, t1;
+	double c0;
+
+	for (uint32_t s = 0; s < w; s++)
+		pattern_fill(slot_of(&p->b, size, s), size, s + 1);
+	memset(slot_of(&p->a, size, w), 0xee, 2 * (size_t)size);
+	c0 = cpu_s();
+	/* A READ completes when its data is placed locally. */
+	n = wisp_stream(p, c, IBV_WR_RDMA_READ, size, &t0);
+	t1 = now_ns();
+	verify("wisp RDMA READ, first message", slot_of(&p->a, size, w), size,
+	       1, UINT64_MAX);
+	verify("wisp RDMA READ, last message", slot_of(&p->a, size, w + 1),
+	       size, (n - 1) % w + 1, UINT64_MAX);
+	m->value = (double)n * size * 8 / (double)(t1 - t0);
+	m->cpu = (cpu_s() - c0) / ((double)(t1 - t0) / 1e9);
+	m->count = n;
+	m->done = true;
+}
+
+/* Take one 8-octet receive on s and give its buffer back. */
+static uint64_t recv8(struct side *s, enum poll_mode mode, const char *what)
+{
+	struct ibv_wc wc;
+	uint64_t v;
+
+	bcq_wait(&s->rcq, &wc, 1, mode, what);
+	if (wc.opcode != IBV_WC_RECV || wc.byte_len != 8)
+		die("%s: unexpected completion (opcode %d, %u octets)", what,
+		    wc.opcode, wc.byte_len);
+	memcpy(&v, s->ctl + wc.wr_id * CTL_SLOT_LEN, 8);
+	post_recv_slot(s, (uint32_t)wc.wr_id);
+	return v;
+}
+
+/* Reap the signaled SENDs without waiting, so the SQ never fills. */
+static void reap_sends(struct side *s)
+{
+	struct ibv_wc wc[16];
+	int n = ibv_poll_cq(s->scq.cq, 16, wc);
+
+	for (int i = 0; i < n; i++)
+		if (wc[i].status != IBV_WC_SUCCESS)
+			die("SEND completion: %s",
+			    ibv_wc_status_str(wc[i].status));
+}
+
+struct echo_args {
+	struct side *s;
+	enum poll_mode mode;
+};
+
+static void *wisp_echo(void *arg)
+{
+	struct echo_args *e = arg;
+
+	for (uint64_t i = 0;; i++) {
+		uint64_t v = recv8(e->s, e->mode, "ping-pong echo");
+
+		if (v == STOP_WORD)
+			return NULL;
+		post_send8(e->s, v, i % SIGNAL_EVERY == SIGNAL_EVERY - 1);
+		reap_sends(e->s);
+	}
+}
+
+static void wisp_lat(struct pair *p, const struct cfg *c, struct meas *m)
+{
+	struct echo_args echo = { &p->b, c->lat_poll };
+	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
+	struct lat_clock k;
+	struct ibv_wc wc;
+	pthread_t th;
+	uint64_t t;
+	double c0;
+
+	if (!rtt)
+		die("out of memory");
+	if (pthread_create(&th, NULL, wisp_echo, &echo))
+		die("pthread_create failed");
+	c0 = cpu_s();
+	lat_clock_start(&k, c);
+	while ((t = lat_clock_next(&k, c))) {
+		uint64_t v;
+
+		post_send8(&p->a, k.i, k.i % SIGNAL_EVERY == SIGNAL_EVERY - 1);
+		v = recv8(&p->a, c->lat_poll, "ping-pong");
+		if (v != k.i)
+			die("wisp ping-pong: got %" PRIu64 ", expected %"
+			    PRIu64, v, k.i);
+		lat_clock_done(&k, rtt, t);
+		reap_sends(&p->a);
+	}
+	m->cpu = (cpu_s() - c0) / ((double)(now_ns() - k.t0) / 1e9);
+	/* Signaled, so the SQ is empty when the next run starts. */
+	post_send8(&p->a, STOP_WORD, true);
+	pthread_join(th, NULL);
+	do {
+		bcq_wait(&p->a.scq, &wc, 1, c->lat_poll, "ping-pong: last SEND");
+	} while (wc.wr_id != STOP_WORD);
+	lat_stats(rtt, k.n, m);
+	free(rtt);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reporting                                                          */
+/* ------------------------------------------------------------------ */
+
+static const char *engine_label(const char *env)
+{
+	return strcmp(env, "epoll") ? "io_uring" : "epoll";
+}
+
+/* The first targets: WRITE 64 KiB >= 0.8 x TCP, latency <= 1.5 x. */
+static const char *target_of(enum test_id t, double ratio, bool p99)
+{
+	if (t == T_WRITE_64K)
+		return ratio >= 0.8 ? ">= 0.80  met" : ">= 0.80  MISSED";
+	if (t == T_SEND_LAT && !p99)
+		return ratio <= 1.5 ? "<= 1.50  met" : "<= 1.50  MISSED";
+	return "";
+}
+
+static void print_row(const char *title, const char *engine, double w,
+		      double t, const char *unit, int prec, const char *target)
+{
+	char ws[32], ts[32] = "-", rs[16] = "-";
+
+	snprintf(ws, sizeof(ws), "%.*f %s", prec, w, unit);
+	if (t > 0) {
+		snprintf(ts, sizeof(ts), "%.*f %s", prec, t, unit);
+		snprintf(rs, sizeof(rs), "%.2f", w / t);
+	} else {
+		target = "";
+	}
+	printf("%-26s %-9s %14s %14s %7s   %s\n", title, engine, ws, ts, rs,
+	       target);
+}
+
+static void print_table(const struct cfg *c, const struct results *r)
+{
+	printf("\n%-26s %-9s %14s %14s %7s   %s\n", "test", "engine", "wisp",
+	       "raw TCP", "ratio", "target (ratio)");
+	for (int t = 0; t < T_COUNT; t++) {
+		const struct meas *tcp = &r->tcp[t];
+
+		if (!c->run[t])
+			continue;
+		for (int e = 0; e < c->n_engines; e++) {
+			const struct meas *w = &r->wisp[e][t];
+			const char *eng = engine_label(c->engine[e]);
+
+			if (t != T_SEND_LAT) {
+				print_row(tests[t].title, eng, w->value,
+					  tcp->value, "Gbit/s", 2,
+					  target_of((enum test_id)t,
+						    w->value / tcp->value,
+						    false));
+				continue;
+			}
+			print_row("SEND 8 B lat, median", eng, w->value,
+				  tcp->value, "us", 2,
+				  target_of(T_SEND_LAT, w->value / tcp->value,
+					    false));
+			print_row("SEND 8 B lat, p99", eng, w->p99, tcp->p99,
+				  "us", 2, "");
+			if (!r->tcp_polled.done)
+				continue;
+			print_row("  vs TCP polled, median", eng, w->value,
+				  r->tcp_polled.value, "us", 2, "");
+			print_row("  vs TCP polled, p99", eng, w->p99,
+				  r->tcp_polled.p99, "us", 2, "");
+		}
+	}
+	printf("\nGbit/s = 10^9 bit/s of payload; latency = round trip / 2. "
+	       "Ratio = wisp / raw TCP.\nraw TCP latency: blocking sockets; "
+	       "\"TCP polled\": MSG_DONTWAIT, waiting as wisp does (%s).\n",
+	       poll_name[c->lat_poll]);
+}
+
+static void csv_row(FILE *f, const char *run, const char *host,
+		    const char *engine, const struct cfg *c, enum test_id t,
+		    const char *metric, const char *unit, double w, double tv,
+		    const struct meas *wm, const struct meas *tm)
+{
+	fprintf(f, "%s,%s,%s,%s,%s,%s,%u,%u,%s,%.4f,%.4f,%.4f,%" PRIu64
+		",%" PRIu64 ",%.2f,%.2f,%.1f,%u,%s,%d,%.2f,%s\n", run, host, engine,
+		c->crc ? "on" : "off", tests[t].key, metric, tests[t].size,
+		t == T_SEND_LAT ? 1 : c->window, unit, w, tv,
+		tv > 0 ? w / tv : 0.0, wm->count, tm->count, wm->cpu, tm->cpu,
+		c->seconds, c->repeat,
+		poll_name[t == T_SEND_LAT ? c->lat_poll : c->bw_poll],
+		c->one_engine ? 1 : 2, c->load, WISP_BENCH_BUILD_TYPE);
+}
+
+static void write_csv(const struct cfg *c, const struct results *r,
+		      const char *run)
+{
+	struct utsname u;
+	bool header;
+	FILE *f;
+
+	f = fopen(c->csv, "a");
+	if (!f)
+		die("%s: %s", c->csv, strerror(errno));
+	header = ftell(f) == 0;
+	if (uname(&u))
+		strcpy(u.nodename, "unknown");
+	if (header)
+		fprintf(f, "run,host,engine,crc,test,metric,size,window,unit,"
+			"wisp,tcp,ratio,wisp_count,tcp_count,wisp_cpu,"
+			"tcp_cpu,seconds,repeat,poll,engines_per_pair,load,build\n");
+	for (int t = 0; t < T_COUNT; t++) {
+		if (!c->run[t])
+			continue;
+		for (int e = 0; e < c->n_engines; e++) {
+			const struct meas *w = &r->wisp[e][t], *tc = &r->tcp[t];
+			const char *eng = engine_label(c->engine[e]);
+
+			if (t != T_SEND_LAT) {
+				csv_row(f, run, u.nodename, eng, c,
+					(enum test_id)t, "bandwidth", "Gbit/s",
+					w->value, tc->value, w, tc);
+				continue;
+			}
+			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT, "p50",
+				"us", w->value, tc->value, w, tc);
+			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT, "p99",
+				"us", w->p99, tc->p99, w, tc);
+			if (!r->tcp_polled.done)
+				continue;
+			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT,
+				"p50_tcp_polled", "us", w->value,
+				r->tcp_polled.value, w, &r->tcp_polled);
+			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT,
+				"p99_tcp_polled", "us", w->p99,
+				r->tcp_polled.p99, w, &r->tcp_polled);
+		}
+	}
+	if (fclose(f))
+		die("%s: %s", c->csv, strerror(errno));
+}
+
+/* ------------------------------------------------------------------ */
+/* Options                                                            */
+/* ------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: wisp_bench [options]\n"
+"\n"
+"Measures wisp (RDMA WRITE, RDMA READ, SEND ping-pong between two QPs over\n"
+"127.0.0.1) against raw TCP doing the same on the same loopback, and\n"
+"prints a table with the ratio wisp / TCP. docs/benchmarks.md defines\n"
+"every test and its TCP baseline.\n"
+"\n"
+"  --seconds S     time per bandwidth run, and cap per latency run (3)\n"
+"  --iters N       ping-pong iterations measured (20000)\n"
+"  --repeat N      run every measurement N times, keep the best (1)\n"
+"  --warmup N      ping-pong iterations before measuring (2000)\n"
+"  --window N      WRITE/READ WRs in flight, also ORD/IRD, 1..%u (32)\n"
+"  --crc           MPA CRC32c on (default)\n"
+"  --no-crc        MPA CRC32c off\n"
+"  --engine E      uring, epoll or both (default: WISP_ENGINE if set,\n"
+"                  else uring when the kernel allows it, else epoll)\n"
+"  --tests LIST    comma-separated subset of write_64k,write_1m,\n"
+"                  read_64k,send_lat (all)\n"
+"  --bw-poll M     how bandwidth runs wait for completions: busy (spin on\n"
+"                  ibv_poll_cq), yield (spin, sched_yield() when the CQ\n"
+"                  is empty) or event (sleep on the completion channel).\n"
+"                  Default: busy with 4 CPUs or more, else yield\n"
+"  --lat-poll M    the same for the ping-pongs, same default; the TCP\n"
+"                  ping-pong is then also run polled that way\n"
+"  --one-engine    both QPs in one device context: one engine thread\n"
+"                  serves both ends (default: one per end, as two hosts)\n"
+"  --no-tcp        skip the TCP baselines (to profile wisp alone)\n"
+"  --csv FILE      append one row per result to FILE (header if new)\n"
+"  -h, --help      this text\n", MAX_WINDOW);
+}
+
+static void bad_option(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+
+static void bad_option(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("wisp_bench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n(wisp_bench --help lists the options)\n", stderr);
+	exit(2);
+}
+
+static unsigned long num_arg(const char *opt, const char *s,
+			     unsigned long lo, unsigned long hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+		bad_option("%s: '%s' is not a number in %lu..%lu", opt, s, lo,
+			   hi);
+	return v;
+}
+
+static enum poll_mode poll_arg(const char *opt, const char *s)
+{
+	if (!strcmp(s, "busy"))
+		return POLL_BUSY;
+	if (!strcmp(s, "yield"))
+		return POLL_YIELD;
+	if (!strcmp(s, "event"))
+		return POLL_EVENT;
+	bad_option("%s: '%s': expected busy, yield or event", opt, s);
+}
+
+static void tests_arg(struct cfg *c, const char *s)
+{
+	char *dup = strdup(s), *save = NULL;
+
+	if (!dup)
+		die("out of memory");
+	memset(c->run, 0, sizeof(c->run));
+	for (char *tok = strtok_r(dup, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		int t;
+
+		for (t = 0; t < T_COUNT; t++)
+			if (!strcmp(tok, tests[t].key))
+				break;
+		if (t == T_COUNT)
+			bad_option("--tests: unknown test '%s' (write_64k, "
+				   "write_1m, read_64k, send_lat)", tok);
+		c->run[t] = true;
+	}
+	free(dup);
+}
+
+/* Can this process set up an io_uring? (seccomp and io_uring_disabled
+ * say no with an error.) */
+static bool uring_allowed(void)
+{
+	struct io_uring_params prm;
+	long fd;
+
+	memset(&prm, 0, sizeof(prm));
+	fd = syscall(__NR_io_uring_setup, 4, &prm);
+	if (fd < 0)
+		return false;
+	close((int)fd);
+	return true;
+}
+
+static void engine_arg(struct cfg *c, const char *s, const char *from)
+{
+	if (!strcmp(s, "both")) {
+		c->engine[0] = "uring";
+		c->engine[1] = "epoll";
+		c->n_engines = 2;
+	} else if (!strcmp(s, "uring") || !strcmp(s, "io_uring")) {
+		c->engine[0] = "uring";
+		c->n_engines = 1;
+	} else if (!strcmp(s, "epoll")) {
+		c->engine[0] = "epoll";
+		c->n_engines = 1;
+	} else if (!strcmp(s, "auto") || !*s) {
+		c->engine[0] = uring_allowed() ? "uring" : "epoll";
+		c->n_engines = 1;
+	} else {
+		bad_option("%s: '%s': expected uring, epoll or both", from, s);
+	}
+}
+
+static void parse_args(struct cfg *c, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "seconds", required_argument, NULL, 's' },
+		{ "iters", required_argument, NULL, 'i' },
+		{ "repeat", required_argument, NULL, 'r' },
+		{ "warmup", required_argument, NULL, 'u' },
+		{ "window", required_argument, NULL, 'w' },
+		{ "crc", no_argument, NULL, 'c' },
+		{ "no-crc", no_argument, NULL, 'n' },
+		{ "engine", required_argument, NULL, 'e' },
+		{ "tests", required_argument, NULL, 't' },
+		{ "bw-poll", required_argument, NULL, 'b' },
+		{ "lat-poll", required_argument, NULL, 'l' },
+		{ "csv", required_argument, NULL, 'o' },
+		{ "one-engine", no_argument, NULL, '1' },
+		{ "no-tcp", no_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *env = getenv("WISP_ENGINE");
+	char *end;
+	int o;
+
+	*c = (struct cfg){
+		.seconds = 3, .repeat = 1, .iters = 20000, .warmup = 2000, .window = 32,
+		.crc = true, .tcp = true, .bw_poll = POLL_BUSY, .lat_poll = POLL_BUSY,
+	};
+	/*
+	 * Up to two spinning application threads and two engine threads
+	 * want four CPUs. With fewer, a spinning thread can hold the CPU an
+	 * engine needs until the scheduler preempts it, and a round trip
+	 * then takes milliseconds: spin, but give the CPU away whenever the
+	 * CQ is empty.
+	 */
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 4) {
+		c->bw_poll = POLL_YIELD;
+		c->lat_poll = POLL_YIELD;
+	}
+	for (int t = 0; t < T_COUNT; t++)
+		c->run[t] = true;
+	engine_arg(c, env ? env : "auto", "WISP_ENGINE");
+	opterr = 0;
+	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			errno = 0;
+			c->seconds = strtod(optarg, &end);
+			if (errno || end == optarg || *end ||
+			    !(c->seconds >= 0.1 && c->seconds <= 60))
+				bad_option("--seconds: '%s' is not a number "
+					   "in 0.1..60", optarg);
+			break;
+		case 'i':
+			c->iters = (unsigned int)num_arg("--iters", optarg, 1,
+							 10000000);
+			break;
+		case 'r':
+			c->repeat = (unsigned int)num_arg("--repeat", optarg,
+							  1, 100);
+			break;
+		case 'u':
+			c->warmup = (unsigned int)num_arg("--warmup", optarg,
+							  0, 10000000);
+			break;
+		case 'w':
+			c->window = (unsigned int)num_arg("--window", optarg,
+							  1, MAX_WINDOW);
+			break;
+		case 'c':
+			c->crc = true;
+			break;
+		case 'n':
+			c->crc = false;
+			break;
+		case 'e':
+			engine_arg(c, optarg, "--engine");
+			break;
+		case 't':
+			tests_arg(c, optarg);
+			break;
+		case 'b':
+			c->bw_poll = poll_arg("--bw-poll", optarg);
+			break;
+		case 'l':
+			c->lat_poll = poll_arg("--lat-poll", optarg);
+			break;
+		case 'o':
+			c->csv = optarg;
+			break;
+		case '1':
+			c->one_engine = true;
+			break;
+		case 'T':
+			c->tcp = false;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case ':':
+			bad_option("%s needs a value", argv[optind - 1]);
+		default:
+			bad_option("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		bad_option("unexpected argument '%s'", argv[optind]);
+}
+
+/* ------------------------------------------------------------------ */
+
+/* Keep the better of two runs: more bandwidth, or a lower median. */
+static void keep_best(struct meas *best, const struct meas *m,
+		      enum test_id t)
+{
+	if (!best->done || (t == T_SEND_LAT ? m->value < best->value :
+			    m->value > best->value))
+		*best = *m;
+}
+
+static void run_wisp(struct pair *p, const struct cfg *c, int e,
+		     enum test_id t, struct results *r)
+{
+	struct meas run = { 0 }, *m = &run;
+
+	fprintf(stderr, "  wisp %-8s  %s ...\n", engine_label(c->engine[e]),
+		tests[t].title);
+	switch (t) {
+	case T_WRITE_64K:
+	case T_WRITE_1M:
+		wisp_write_bw(p, c, tests[t].size, m);
+		break;
+	case T_READ_64K:
+		wisp_read_bw(p, c, tests[t].size, m);
+		break;
+	case T_SEND_LAT:
+		wisp_lat(p, c, m);
+		break;
+	default:
+		die("no such test %d", t);
+	}
+	keep_best(&r->wisp[e][t], &run, t);
+}
+
+/*
+ * The TCP baselines move as many octets as the largest wisp run of the
+ * same test did (the comparison is then over the same volume), but at
+ * least TCP_MIN_BYTES so that a slow wisp run cannot make the baseline
+ * too short to time.
+ */
+static uint64_t tcp_count(const struct cfg *c, const struct results *r,
+			  enum test_id t)
+{
+	uint64_t n = TCP_MIN_BYTES / tests[t].size;
+
+	for (int e = 0; e < c->n_engines; e++)
+		if (r->wisp[e][t].count > n)
+			n = r->wisp[e][t].count;
+	return n;
+}
+
+static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
+{
+	struct meas run = { 0 };
+
+	fprintf(stderr, "  raw TCP        %s ...\n", tests[t].title);
+	switch (t) {
+	case T_WRITE_64K:
+	case T_WRITE_1M:
+		tcp_write_bw(tests[t].size, c->window, tcp_count(c, r, t),
+			     &run);
+		break;
+	case T_READ_64K:
+		tcp_read_bw(tests[t].size, c->window, tcp_count(c, r, t),
+			    &run);
+		break;
+	case T_SEND_LAT:
+		tcp_lat(c, POLL_EVENT, &run);
+		if (c->lat_poll == POLL_EVENT)
+			break;
+		{
+			struct meas polled = { 0 };
+
+			fprintf(stderr, "  raw TCP        %s, polled ...\n",
+				tests[t].title);
+			tcp_lat(c, c->lat_poll, &polled);
+			keep_best(&r->tcp_polled, &polled, t);
+		}
+		break;
+	default:
+		die("no such test %d", t);
+	}
+	keep_best(&r->tcp[t], &run, t);
+}
+
+/* The 1-minute load average: anything else running skews the figures. */
+static double loadavg(void)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double l = -1;
+
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = -1;
+		fclose(f);
+	}
+	return l;
+}
+
+int main(int argc, char **argv)
+{
+	static struct results r;
+	static struct pair pairs[MAX_ENGINES];
+	char run[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	struct cfg c;
+
+	parse_args(&c, argc, argv);
+	c.load = loadavg();
+	strftime(run, sizeof(run), "%Y-%m-%dT%H:%M:%S", gmtime_r(&now, &tm));
+	printf("wisp_bench (%s build): 127.0.0.1, MPA rev 2, CRC %s, window "
+	       "%u, %.1f s per run, %u+%u ping-pongs, best of %u\n",
+	       WISP_BENCH_BUILD_TYPE, c.crc ? "on" : "off", c.window,
+	       c.seconds, c.warmup, c.iters, c.repeat);
+	printf("engines:");
+	for (int e = 0; e < c.n_engines; e++)
+		printf(" %s", engine_label(c.engine[e]));
+	printf(" (%s); completions: bandwidth %s, latency %s; %ld CPUs, "
+	       "load %.2f\n", c.one_engine ? "one for both ends" :
+	       "one per end", poll_name[c.bw_poll], poll_name[c.lat_poll],
+	       sysconf(_SC_NPROCESSORS_ONLN), c.load);
+	fflush(stdout);
+
+	/* Every pair up front, so that each test runs wisp and TCP back to
+	 * back: a change in background load then skews both alike. */
+	for (int e = 0; e < c.n_engines; e++)
+		pair_setup(&pairs[e], &c, c.engine[e]);
+	for (int t = 0; t < T_COUNT; t++) {
+		if (!c.run[t])
+			continue;
+		for (unsigned int i = 0; i < c.repeat; i++) {
+			for (int e = 0; e < c.n_engines; e++)
+				run_wisp(&pairs[e], &c, e, (enum test_id)t, &r);
+			if (c.tcp)
+				run_tcp(&c, (enum test_id)t, &r);
+		}
+	}
+	for (int e = 0; e < c.n_engines; e++)
+		pair_teardown(&pairs[e]);
+
+	print_table(&c, &r);
+	if (c.csv)
+		write_csv(&c, &r, run);
+	return 0;
+}
