@@ -206,3 +206,13 @@ int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
 	}
 	return (int)total;
 }
+
+void glue_mpa_initiator_hold(void)
+{
+	struct timespec ts = {
+		.tv_nsec = GLUE_MPA_INITIATOR_HOLD_MS * 1000000L,
+	};
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}

@@ -180,8 +180,12 @@ int wisp_qp_connect_fd(struct ibv_qp *qp, int fd, bool active,
 	}
 
 	to_mpa_prefs(prefs, &mp);
-	if (active)
+	if (active) {
 		ret = run_initiator(fd, &mp, dl, buf, &params);
+		/* siw reads nothing just after its Reply (glue_mpa.h). */
+		if (!ret)
+			glue_mpa_initiator_hold();
+	}
 	else
 		ret = run_responder(fd, &mp, dl, buf, &params);
 	if (ret) {

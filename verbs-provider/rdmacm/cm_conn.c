@@ -152,6 +152,9 @@ static int establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 	struct wcm_event *e;
 	int ret = 0;
 
+	/* siw reads nothing just after its Reply (glue_mpa.h). */
+	if (active)
+		glue_mpa_initiator_hold();
 	/* RFC 6581 9.3: the Initiator sends the negotiated RTR first; the
 	 * Responder sends nothing before it arrived (RFC 5044 7.1.2 rule 4:
 	 * "MUST receive and validate at least one FPDU before sending"). */

@@ -1,0 +1,611 @@
+#!/usr/bin/env bash
+# run.sh: wisp against the Linux kernel's soft-iWARP (siw) in a qemu guest.
+#
+#   tests/interop/run.sh            the whole matrix
+#   tests/interop/run.sh PATTERN    only the cases whose name matches the
+#                                   extended regex PATTERN
+#   tests/interop/run.sh --list     the case names
+#
+# Boots the guest built by build-image.sh once per siw variant ("default":
+# siw as shipped; "p2p": siw initiating with its peer_to_peer constant on)
+# and runs each case with one end in the guest (siw, rdma-core's tools) and
+# the other on the host (the same tools over wisp's libraries). A case
+# passes only on what both ends printed: completions, verified data, byte
+# counts, connection events. One line per case:
+#   PASS|FAIL|SKIP|XFAIL  <case>  <detail>
+# (XFAIL: a known siw bug showed, see the matrix) then
+# "interop: N passed, M failed, K skipped". Exit 1 if any failed; 0
+# with every case skipped (and a message saying why) when qemu cannot run
+# a guest here at all.
+#
+# Environment:
+#   WISP_LIB_DIR         wisp's libibverbs.so.1 / librdmacm.so.1 (default:
+#                        build/release/lib, built with cmake if missing)
+#   WISP_INTEROP_LOGDIR  per-case logs (default build/interop)
+#   WISP_INTEROP_CACHE   image cache (see build-image.sh)
+#   WISP_INTEROP_SIW_DEBUG=1  siw's dynamic debug into the guest's dmesg
+#                        (the race diagnosis below needs it; default 1)
+#   WISP_INTEROP_BUDGET  seconds after which the remaining cases are
+#                        skipped (default 540: the run stays under 10 min)
+# Layout, matrix and findings: docs/interop.md.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/../.." && pwd)
+# shellcheck source=guest.sh
+. "$here/guest.sh"
+
+pattern=
+list=0
+case "${1:-}" in
+--list) list=1 ;;
+-h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+"") ;;
+*) pattern=$1 ;;
+esac
+
+logdir=${WISP_INTEROP_LOGDIR:-$top/build/interop}
+siw_debug=${WISP_INTEROP_SIW_DEBUG:-1}
+t_start=$(date +%s)
+passed=0 failed=0 skipped=0
+results=()
+
+report() { # STATUS NAME DETAIL
+	printf '%-4s  %-44s %s\n' "$1" "$2" "$3"
+	results+=("$1 $2 $3")
+	case $1 in
+	PASS) passed=$((passed + 1)) ;;
+	FAIL) failed=$((failed + 1)) ;;
+	SKIP | XFAIL) skipped=$((skipped + 1)) ;;
+	esac
+}
+
+summary() {
+	echo
+	echo "interop: total $(($(date +%s) - t_start)) s; logs in $logdir"
+	echo "interop: $passed passed, $failed failed, $skipped skipped"
+}
+
+# ------------------------------------------------------------------ matrix
+# Each case: NAME|VARIANT|KIND|ARGS. KIND names a function run_KIND; the
+# wisp side's mode comes from the name's second field:
+#   cs        client-server model, siw's defaults (rev 2, no p2p, no CRC)
+#   crc       wisp asks for CRC (WISP_CRC=1)
+#   p2pw/p2pr peer-to-peer with the WRITE / READ RTR
+#   rev1      MPA revision 1 Requests (wisp as initiator only)
+#   wdef      wisp's own defaults (nothing set)
+# Names: <dir>.<mode>.<what>; dir "w2s" = wisp client -> siw server,
+# "s2w" = siw client -> wisp server.
+# A fifth field marks a known siw bug: when the case fails and the guest's
+# console shows that pattern, the case is XFAIL (counted with the skipped,
+# not failing the run); it stays a FAIL otherwise.
+cases=()
+add() { cases+=("$1|$2|$3|${4:-}|${5:-}"); }
+
+for m in cs crc p2pw p2pr rev1; do
+	# rping's server RDMA-reads the client: with MPA rev 1 nothing carries
+	# IRD/ORD, siw's CM proposes 0 and the server's READ cannot be posted
+	# (docs/interop.md), so rev 1 runs perftest and cmprobe only
+	if [ $m != rev1 ]; then
+		add "w2s.$m.rping-100x40" default rping "100 40"
+		add "w2s.$m.rping-65000x8" default rping "65000 8"
+	fi
+	for t in send write read; do
+		add "w2s.$m.$t-bw-1024" default perf "$t 1024 200"
+		add "w2s.$m.$t-bw-65536" default perf "$t 65536 60"
+	done
+	add "w2s.$m.disc-client-first" default cmp "c:-S:-R:-D s:-R:-S: 3"
+	add "w2s.$m.disc-server-first" default cmp "c:-S:-R: s:-R:-S:-D 3"
+done
+add "w2s.wdef.rping-1000x20" default rping "1000 20"
+add "w2s.cs.reject" default reject ""
+add "w2s.cs.no-listener" default nolisten ""
+# The first FPDU racing siw's switch to RDMA mode (docs/interop.md): many
+# short connections, with all of siw's debug output on, which widens the
+# window (the "race" cases)
+add "w2s.p2pr.race-server-sends-first-x12" default cmp "c:-R:-D s:-S: 12 1500"
+add "w2s.p2pw.race-server-sends-first-x12" default cmp "c:-R:-D s:-S: 12 1500"
+add "w2s.cs.race-client-sends-then-waits-x12" default cmp "c:-S:-R:-D s:-R:-S: 12 1500"
+
+# siw's window measured without wisp (rtr-probe.py, a bare MPA initiator):
+# how many immediate RTRs siw leaves unread, and that a zero-length RDMA
+# Write 50 ms later always gets them read
+add "siw.probe.rtr-read-nudge-x20" default rtrprobe "read 20"
+add "siw.probe.rtr-write-nudge-x20" default rtrprobe "write 20"
+
+for m in cs crc; do
+	add "s2w.$m.rping-100x40" default rping "100 40"
+	add "s2w.$m.rping-65000x8" default rping "65000 8"
+	for t in send write read; do
+		add "s2w.$m.$t-bw-1024" default perf "$t 1024 200"
+		add "s2w.$m.$t-bw-65536" default perf "$t 65536 60"
+	done
+	add "s2w.$m.disc-client-first" default cmp "c:-S:-R:-D s:-R:-S: 3"
+	add "s2w.$m.disc-server-first" default cmp "c:-S:-R: s:-R:-S:-D 3"
+done
+add "s2w.cs.reject" default reject ""
+# siw 6.1 as initiator oopses when the peer closes before its MPA Reply
+# (siw_cm_upcall hands iw_cm a NULL private data pointer): kills the guest,
+# so it runs last on its boot
+add "s2w.cs.no-listener" default nolisten "" "kmemdup.*|cm_event_handler.*iw_cm"
+for m in p2pw p2pr; do
+	add "s2w.$m.rping-100x40" p2p rping "100 40"
+	add "s2w.$m.rping-65000x8" p2p rping "65000 8"
+	add "s2w.$m.send-bw-65536" p2p perf "send 65536 60"
+	add "s2w.$m.write-bw-1024" p2p perf "write 1024 200"
+	add "s2w.$m.read-bw-65536" p2p perf "read 65536 60"
+	add "s2w.$m.race-server-sends-first-x12" p2p cmp "c:-R:-D s:-S: 12 1500"
+	add "s2w.$m.disc-server-first" p2p cmp "c:-S:-R: s:-R:-S:-D 3"
+done
+
+if [ "$list" = 1 ]; then
+	for c in "${cases[@]}"; do echo "${c%%|*}"; done
+	exit 0
+fi
+
+# --------------------------------------------------------------- wisp side
+wisp_env() { # MODE -> prints env assignments for the wisp end
+	case $1 in
+	cs) echo "WISP_P2P=0" ;;
+	crc) echo "WISP_P2P=0 WISP_CRC=1" ;;
+	p2pw) echo "WISP_P2P=1 WISP_RTR=write" ;;
+	p2pr) echo "WISP_P2P=1 WISP_RTR=read" ;;
+	rev1) echo "WISP_MPA_REV=1" ;;
+	wdef) echo "" ;;
+	esac
+}
+
+# "${wisp[@]}" CMD...: run a host command over wisp with the case's
+# environment (set per case)
+wisp=()
+set_wisp() {
+	# shellcheck disable=SC2207
+	wisp=(env $(wisp_env "$mode") WISP_LOG=info LD_LIBRARY_PATH="$WISP_LIB_DIR")
+}
+
+host_listening() { # PORT
+	ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+}
+
+# Guest helpers, installed once per boot.
+read -r -d '' guest_helpers <<'EOF'
+# start NAME CMD...: run in the background, output in /tmp/c/NAME.{out,err}
+start() {
+	n=$1; shift
+	mkdir -p /tmp/c
+	( setsid "$@" >/tmp/c/$n.out 2>/tmp/c/$n.err </dev/null; echo $? >/tmp/c/$n.rc ) \
+		>/dev/null 2>&1 </dev/null &
+	echo $! >/tmp/c/$n.pid
+}
+# waitlisten PORT: until a TCP socket listens on PORT (siw's listener is a
+# kernel socket, so it shows in /proc/net/tcp)
+waitlisten() {
+	h=$(printf ':%04X ' $1)
+	for i in $(seq 100); do
+		grep -q "$h.* 0A " /proc/net/tcp && return 0
+		sleep 0.05
+	done
+	return 1
+}
+# finish NAME SECONDS: wait for NAME to end, kill it after SECONDS
+finish() {
+	for i in $(seq $(($2 * 10))); do
+		[ -f /tmp/c/$1.rc ] && break
+		sleep 0.1
+	done
+	if [ ! -f /tmp/c/$1.rc ]; then
+		for p in $(cat /tmp/c/$1.pid) $(pidof rping ib_send_bw ib_write_bw ib_read_bw cmprobe); do
+			kill -9 $p 2>/dev/null
+		done
+		sleep 0.2
+		echo 124 >/tmp/c/$1.rc
+	fi
+	echo "RC=$(cat /tmp/c/$1.rc)"
+}
+# race NAME: did a connection's first FPDU reach siw before it switched to
+# RDMA mode? (needs siw's dynamic debug; counts occurrences since mark)
+# (in RDMA mode siw's CM data_ready callback must be gone; each call of it
+# in that state is one swallowed wake-up)
+race() {
+	echo "RACE=$(dmesg | sed -n "/WISP-MARK $1\$/,\$p" |
+		grep -c "siw_cm_llp_data_ready: cep state: 7,")"
+}
+mark() { echo "WISP-MARK $1" >/dev/kmsg; }
+EOF
+
+gstart() { # NAME CMD... (guest)
+	gctl -t 20 ". /tmp/h.sh; mark $1; start $*" >/dev/null
+}
+gfinish() { # NAME SECONDS -> prints RC=, RACE= ; copies outputs to $cdir
+	local out
+	out=$(gctl -t $(($2 + 20)) ". /tmp/h.sh; finish $1 $2; race $1")
+	gctl -t 30 "cat /tmp/c/$1.out" >"$cdir/guest.out" 2>/dev/null
+	gctl -t 30 "cat /tmp/c/$1.err" >"$cdir/guest.err" 2>/dev/null
+	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1\$/,\$p'" >"$cdir/guest.dmesg" 2>/dev/null
+	g_rc=$(echo "$out" | sed -n 's/^RC=//p')
+	g_race=$(echo "$out" | sed -n 's/^RACE=//p')
+}
+
+# hrun SECONDS OUT ERR CMD...: host side, foreground, with a time bound
+hrun() {
+	local t=$1 o=$2 e=$3
+	shift 3
+	timeout -k 2 "$t" "$@" >"$o" 2>"$e"
+}
+
+# --------------------------------------------------------- case functions
+# Each sets verdict ("" = pass) and detail.
+# ports: forward pair 1..3 in turn (4 stays unused: nobody listens there)
+# g_port: the guest's port; h_fwd: the host port forwarded to it; h_srv:
+# the host port the guest reaches at 10.0.2.100:g_port
+pair=0
+ports() {
+	pair=$((pair % 3 + 1))
+	g_port=$((20000 + pair))
+	h_fwd=$((GUEST_PORT_BASE + pair))
+	h_srv=$((GUEST_PORT_BASE + 10 + pair))
+}
+
+# both ends exit in time; rping data identical and complete on both ends
+run_rping() { # SIZE COUNT
+	local size=$1 count=$2 c_out s_out c_n s_n c_sum s_sum h_rc
+	ports
+	if [ "$dir" = w2s ]; then
+		gstart "$name" rping -s -a 0.0.0.0 -p $g_port -C "$count" -v -V -S "$size"
+		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+		hrun 20 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" rping -c -a 127.0.0.1 -p $h_fwd -C "$count" -v -V -S "$size"
+		h_rc=$?
+		gfinish "$name" 20
+		c_out=$cdir/host.out s_out=$cdir/guest.out
+	else
+		"${wisp[@]}" rping -s -a 127.0.0.1 -p $h_srv -C "$count" -v -V -S "$size" >"$cdir/host.out" 2>"$cdir/host.err" &
+		local hp=$!
+		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		gstart "$name" timeout 20 rping -c -a 10.0.2.100 -p $g_port -C "$count" -v -V -S "$size"
+		gfinish "$name" 25
+		for _ in $(seq 100); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
+		kill -9 $hp 2>/dev/null
+		wait $hp 2>/dev/null
+		h_rc=$?
+		c_out=$cdir/guest.out s_out=$cdir/host.out
+	fi
+	c_n=$(grep -c '^ping data: ' "$c_out")
+	s_n=$(grep -c '^server ping data: ' "$s_out")
+	c_sum=$(sed -n 's/^ping data: //p' "$c_out" | md5sum | cut -c1-8)
+	s_sum=$(sed -n 's/^server ping data: //p' "$s_out" | md5sum | cut -c1-8)
+	detail="client $c_n/$count, server $s_n/$count pings"
+	if [ "$c_n" != "$count" ] || [ "$s_n" != "$count" ]; then
+		verdict="incomplete"
+	elif [ "$c_sum" != "$s_sum" ]; then
+		verdict="data differs between the ends"
+	elif grep -qi "mismatch" "$cdir"/*.out "$cdir"/*.err; then
+		verdict="rping reported a data mismatch"
+	elif [ "$h_rc" = 124 ] || [ "$h_rc" = 137 ] || [ "$g_rc" = 124 ]; then
+		verdict="an end did not exit in time"
+	else
+		detail="$detail, data identical ($c_sum)"
+	fi
+}
+
+# perftest -R: both ends print the result row for SIZE and ITERS
+run_perf() { # TEST SIZE ITERS
+	local t=$1 size=$2 iters=$3 bin h_rc row_h row_g bw
+	bin=ib_${t}_bw
+	ports
+	local args=(-R -F -s "$size" -n "$iters")
+	if [ "$dir" = w2s ]; then
+		gstart "$name" "$bin" "${args[@]}" -p $g_port
+		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" LD_PRELOAD="$delay_so" \
+			"$bin" "${args[@]}" -p $h_fwd 127.0.0.1
+		h_rc=$?
+		gfinish "$name" 20
+	else
+		"${wisp[@]}" "$bin" "${args[@]}" -p $h_srv >"$cdir/host.out" 2>"$cdir/host.err" &
+		local hp=$!
+		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		gstart "$name" timeout 30 "$bin" "${args[@]}" -p $g_port 10.0.2.100
+		gfinish "$name" 35
+		for _ in $(seq 100); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
+		kill -9 $hp 2>/dev/null
+		wait $hp 2>/dev/null
+		h_rc=$?
+	fi
+	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
+	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" | head -1)
+	bw=$(echo "$row_h" | awk '{print $4}')
+	detail="$iters x $size octets"
+	if [ -z "$row_h" ] || [ -z "$row_g" ]; then
+		verdict="no result row on the $([ -z "$row_h" ] && echo wisp || echo siw) end"
+	elif ! awk -v b="$bw" 'BEGIN { exit !(b > 0) }'; then
+		verdict="zero bandwidth"
+	elif [ "$h_rc" = 124 ] || [ "$h_rc" = 137 ] || [ "$g_rc" = 124 ]; then
+		verdict="an end did not exit in time"
+	else
+		detail="$detail, $bw MB/s (wisp end), siw end agrees"
+	fi
+}
+
+# cmprobe: "c:OPTS s:OPTS N [TIMEOUT_MS]" (options joined with ':')
+run_cmp() {
+	local copts sopts n tmo cp h_rc
+	read -r copts sopts n tmo <<<"$1"
+	copts=${copts#c:} sopts=${sopts#s:}
+	copts=${copts//:/ } sopts=${sopts//:/ }
+	tmo=${tmo:-5000}
+	cp=$GUEST_IMAGE/cmprobe
+	ports
+	case $name in
+	*.race-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	esac
+	# shellcheck disable=SC2086
+	if [ "$dir" = w2s ]; then
+		gstart "$name" cmprobe -s -p $g_port -n "$n" -t "$tmo" $sopts
+		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+		hrun 120 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $h_fwd -n "$n" -t "$tmo" $copts
+		h_rc=$?
+		gfinish "$name" 20
+		c_out=$cdir/host.out s_out=$cdir/guest.out
+	else
+		"${wisp[@]}" "$cp" -s -a 127.0.0.1 -p $h_srv -n "$n" -t "$tmo" $sopts >"$cdir/host.out" 2>"$cdir/host.err" &
+		local hp=$!
+		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		gstart "$name" cmprobe -c -a 10.0.2.100 -p $g_port -n "$n" -t "$tmo" $copts
+		gfinish "$name" 120
+		for _ in $(seq 100); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
+		kill -9 $hp 2>/dev/null
+		wait $hp 2>/dev/null
+		c_out=$cdir/guest.out s_out=$cdir/host.out
+	fi
+	case $name in
+	*.race-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw -p; file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	esac
+	local c_res s_res c_ok s_ok
+	c_res=$(grep "CMPROBE RESULT" "$c_out")
+	s_res=$(grep "CMPROBE RESULT" "$s_out")
+	c_ok=$(echo "$c_res" | sed -n 's/.*ok=\([0-9]*\).*/\1/p')
+	s_ok=$(echo "$s_res" | sed -n 's/.*ok=\([0-9]*\).*/\1/p')
+	detail="client ${c_ok:-?}/$n ok, server ${s_ok:-?}/$n ok"
+	if [ "${c_ok:-0}" != "$n" ] || [ "${s_ok:-0}" != "$n" ]; then
+		verdict="$(grep -hE 'TIMEOUT|WC-ERROR|UNEXPECTED|ERROR' "$c_out" "$s_out" | head -1 | cut -d' ' -f2,4-)"
+		verdict=${verdict:-incomplete}
+	fi
+}
+
+# the passive end rejects with private data; the active end must get
+# REJECTED carrying it
+run_reject() {
+	local cp=$GUEST_IMAGE/cmprobe ev
+	ports
+	if [ "$dir" = w2s ]; then
+		gstart "$name" cmprobe -s -p $g_port -n 2 -r -t 5000
+		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $h_fwd -n 2 -e REJECTED -t 5000
+		gfinish "$name" 10
+		c_out=$cdir/host.out s_out=$cdir/guest.out
+	else
+		"${wisp[@]}" "$cp" -s -a 127.0.0.1 -p $h_srv -n 2 -r -t 5000 >"$cdir/host.out" 2>"$cdir/host.err" &
+		local hp=$!
+		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		gstart "$name" cmprobe -c -a 10.0.2.100 -p $g_port -n 2 -e REJECTED -t 5000
+		gfinish "$name" 30
+		wait $hp 2>/dev/null
+		c_out=$cdir/guest.out s_out=$cdir/host.out
+	fi
+	ev=$(grep -m1 "REJECTED status" "$c_out" | sed 's/.*REJECTED //')
+	detail="client: REJECTED $ev"
+	if [ "$(grep -c 'REJECT-SENT' "$s_out")" != 2 ]; then
+		verdict="server did not reject twice"
+	elif [ "$(grep -c 'REJECTED pdata_len=[0-9]* pdata="cmprobe-reject"' "$c_out")" != 2 ]; then
+		verdict="client did not get REJECTED with the private data twice"
+	else
+		detail="$detail, private data delivered"
+	fi
+}
+
+# nobody listens: the active end must fail promptly and cleanly. Through
+# qemu's forwarding a refused connection looks like accept-then-close.
+run_nolisten() {
+	local cp=$GUEST_IMAGE/cmprobe ev t0 t1
+	ports
+	t0=$(date +%s)
+	if [ "$dir" = w2s ]; then
+		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $((GUEST_PORT_BASE + 4)) -e any -t 8000
+		c_out=$cdir/host.out
+	else
+		gstart "$name" cmprobe -c -a 10.0.2.100 -p 20004 -e any -t 8000
+		g_port=20004
+		gfinish "$name" 20
+		c_out=$cdir/guest.out
+	fi
+	t1=$(date +%s)
+	ev=$(grep -m1 -E "REJECTED|UNREACHABLE|CONNECT_ERROR|ESTABLISHED|TIMEOUT" "$c_out" | cut -d' ' -f4-)
+	detail="${ev:-nothing} after $((t1 - t0)) s"
+	case $ev in
+	*ESTABLISHED* | "" | *TIMEOUT*) verdict="no prompt failure" ;;
+	esac
+}
+
+# What wisp said it negotiated (WISP_LOG=info) and siw's QP agree with the
+# mode: every connection of the case, on both ends.
+check_negotiation() {
+	local want n bad
+	case $mode in
+	cs) want="MPA rev 2, CRC off, .*RTR none" ;;
+	crc) want="MPA rev 2, CRC on, .*RTR none" ;;
+	p2pw) want="MPA rev 2, CRC off, .*RTR write" ;;
+	p2pr) want="MPA rev 2, CRC off, .*RTR read" ;;
+	rev1) want="MPA rev 1, CRC off, .*RTR none" ;;
+	wdef) want="MPA rev 2, CRC off, .*RTR (read|write)" ;;
+	esac
+	n=$(grep -c ": established, " "$cdir/host.err")
+	bad=$(grep ": established, " "$cdir/host.err" | grep -cvE "$want")
+	if [ "$n" = 0 ]; then
+		verdict="wisp logged no established connection"
+	elif [ "$bad" != 0 ]; then
+		verdict="wisp negotiated $(grep ': established, ' "$cdir/host.err" | grep -vE "$want" | head -1 | sed 's/.*established, //'), wanted /$want/"
+	elif [ "$mode" = crc ] && ! grep -q "enter RTS: crc=y" "$cdir/guest.dmesg"; then
+		verdict="siw's QP did not enter RTS with CRC"
+	elif [ "$mode" != crc ] && grep -q "enter RTS: crc=y" "$cdir/guest.dmesg"; then
+		verdict="siw's QP uses CRC"
+	else
+		detail="$detail; $n conn. $(grep -m1 ': established, ' "$cdir/host.err" | sed 's/.*established, //; s/, IRD.*RTR/, RTR/')"
+	fi
+}
+
+# rtr-probe.py against cmprobe -s -S in the guest: no wisp involved
+run_rtrprobe() { # read|write N
+	local line
+	ports
+	gstart "$name" cmprobe -s -p $g_port -n "$2" -S -t 3000
+	gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+	hrun 120 "$cdir/host.out" "$cdir/host.err" python3 "$here/rtr-probe.py" \
+		--port $h_fwd -n "$2" --rtr "$1" --nudge-ms 50 --wait-ms 2000
+	gfinish "$name" 20
+	line=$(grep "RTRPROBE RESULT" "$cdir/host.out")
+	detail="${line#RTRPROBE RESULT }: siw left $(echo "$line" | sed -n 's/.*nudged=\([0-9]*\).*/\1/p') immediate RTR(s) unread until the nudge"
+	case $line in
+	*" none=0") ;;
+	*) verdict="an RTR stayed unanswered even after the nudge" ;;
+	esac
+}
+
+# --------------------------------------------------------------- the run
+need_qemu() {
+	command -v qemu-system-x86_64 >/dev/null || return 1
+	[ -n "$(ls /usr/share/qemu/bios-256k.bin /usr/share/seabios/bios-256k.bin 2>/dev/null)" ]
+}
+
+mkdir -p "$logdir"
+echo "interop: building or finding the guest image"
+if ! GUEST_IMAGE=$("$here/build-image.sh" 2>"$logdir/build-image.log" | tail -1) ||
+	[ ! -f "$GUEST_IMAGE/vmlinuz" ]; then
+	tail -20 "$logdir/build-image.log"
+	if ! need_qemu; then
+		echo "interop: SKIP: qemu-system-x86_64 cannot be installed here"
+		for c in "${cases[@]}"; do report SKIP "${c%%|*}" "no qemu"; done
+		summary
+		exit 0
+	fi
+	echo "interop: the guest image could not be built"
+	report FAIL build-image "see $logdir/build-image.log"
+	summary
+	exit 1
+fi
+echo "interop: image $GUEST_IMAGE"
+sed 's/^/interop:   /' "$GUEST_IMAGE/manifest.txt"
+
+if [ -z "${WISP_LIB_DIR:-}" ]; then
+	WISP_LIB_DIR=$top/build/release/lib
+	if [ ! -e "$WISP_LIB_DIR/librdmacm.so.1" ]; then
+		echo "interop: building wisp in $top/build/release"
+		cmake -S "$top" -B "$top/build/release" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+			>"$logdir/wisp-build.log" 2>&1 &&
+			cmake --build "$top/build/release" >>"$logdir/wisp-build.log" 2>&1 ||
+			{ tail -20 "$logdir/wisp-build.log"; report FAIL wisp-build "see $logdir/wisp-build.log"; summary; exit 1; }
+	fi
+fi
+WISP_LIB_DIR=$(cd "$WISP_LIB_DIR" && pwd)
+export WISP_LIB_DIR
+for l in libibverbs.so.1 librdmacm.so.1; do
+	[ -e "$WISP_LIB_DIR/$l" ] || { report FAIL wisp-libs "no $l in $WISP_LIB_DIR"; summary; exit 1; }
+done
+
+# perftest -R's second connection must not beat its server's new listener
+delay_so=$logdir/delay-connect.so
+cc -shared -fPIC -O2 -o "$delay_so" "$here/delay-connect.c" -ldl ||
+	{ report FAIL delay-connect "cannot build $here/delay-connect.c"; summary; exit 1; }
+
+trap 'guest_stop' EXIT
+
+boot() { # VARIANT
+	local v=$1 tries
+	for tries in 1 2; do
+		if guest_boot "$v" "$logdir"; then
+			if gctl -t 20 "cat >/tmp/h.sh <<'HELPERS'
+$guest_helpers
+HELPERS
+echo ok" | grep -q ok; then
+				if [ "$siw_debug" = 1 ]; then
+					gctl -t 20 'mount -t debugfs none /sys/kernel/debug 2>/dev/null
+echo "file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control
+dmesg -n 5' >/dev/null
+				fi
+				return 0
+			fi
+		fi
+		guest_stop
+		if ! need_qemu; then return 2; fi
+	done
+	return 1
+}
+
+# the guest died: which kernel message says why
+guest_death() {
+	grep -a -m1 -E "kernel BUG|Oops|panic|WARNING:" "$GUEST_SERIAL" | sed 's/^\[[ 0-9.]*\] //' | cut -c1-100
+}
+
+budget=${WISP_INTEROP_BUDGET:-540}
+current=
+for c in "${cases[@]}"; do
+	IFS='|' read -r name variant kind args xfail <<<"$c"
+	if [ -n "$pattern" ] && ! [[ $name =~ $pattern ]]; then
+		continue
+	fi
+	if [ $(($(date +%s) - t_start)) -gt "$budget" ]; then
+		report SKIP "$name" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
+		continue
+	fi
+	dir=${name%%.*}
+	mode=${name#*.}
+	mode=${mode%%.*}
+	if [ "$variant" != "$current" ] || ! guest_alive; then
+		guest_stop
+		boot "$variant"
+		rc=$?
+		if [ $rc = 2 ]; then
+			echo "interop: SKIP: qemu-system-x86_64 cannot start a guest here (see $logdir/qemu-$variant.log)"
+			report SKIP "$name" "qemu cannot run"
+			current=
+			continue
+		elif [ $rc != 0 ]; then
+			report FAIL "$name" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
+			current=
+			continue
+		fi
+		current=$variant
+		echo "interop: guest up (siw $variant, ports from $GUEST_PORT_BASE)"
+	fi
+	cdir=$logdir/$name
+	rm -rf "$cdir"
+	mkdir -p "$cdir"
+	verdict= detail= g_rc= g_race=
+	set_wisp
+	t0=$(date +%s)
+	# shellcheck disable=SC2086
+	if [ "$kind" = cmp ]; then run_cmp "$args"; else "run_$kind" $args; fi
+	t1=$(date +%s)
+	case $kind in
+	rping | perf | cmp) [ -z "$verdict" ] && [ "$siw_debug" = 1 ] && check_negotiation ;;
+	esac
+	if ! kill -0 "$GUEST_PID" 2>/dev/null; then
+		verdict="guest died: $(guest_death)"
+		current=
+	fi
+	if [ -n "${g_race:-}" ] && [ "${g_race:-0}" -gt 0 ] && [ -n "$verdict" ]; then
+		verdict="$verdict; siw took $g_race first FPDU(s) before RDMA mode (siw_accept race)"
+	fi
+	if [ -z "$verdict" ]; then
+		report PASS "$name" "$detail ($((t1 - t0)) s)"
+	elif [ -n "$xfail" ] && grep -aqE "$xfail" "$GUEST_SERIAL" "$cdir/guest.dmesg" 2>/dev/null; then
+		report XFAIL "$name" "known siw bug: $verdict ($((t1 - t0)) s)"
+	else
+		report FAIL "$name" "$verdict; $detail ($((t1 - t0)) s)"
+	fi
+	gctl -t 10 "rm -rf /tmp/c; for p in \$(pidof rping ib_send_bw ib_write_bw ib_read_bw cmprobe); do kill -9 \$p; done" >/dev/null 2>&1
+done
+guest_stop
+trap - EXIT
+printf '%s\n' "${results[@]}" >"$logdir/results.txt"
+summary
+[ "$failed" -eq 0 ]
