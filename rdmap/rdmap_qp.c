@@ -353,20 +353,24 @@ static void sq_advance(struct rdmap_qp *qp)
 
 		if (!m->done)
 			break;
-		if ((wr->flags & RDMAP_WR_SIGNALED) ||
-		    m->status != RDMAP_WC_SUCCESS) {
-			struct rdmap_cqe c = {
-				.wr_id = wr->wr_id,
-				.status = m->status,
-				.opcode = wc_opcode(wr->opcode),
-				.byte_len = (uint32_t)wr->length,
-				.vendor_err = m->vendor_err,
-			};
-			qp->cfg.ops->complete(qp->cfg.ops_arg, &c);
-		}
+		bool report = (wr->flags & RDMAP_WR_SIGNALED) ||
+			      m->status != RDMAP_WC_SUCCESS;
+		struct rdmap_cqe c = {
+			.wr_id = wr->wr_id,
+			.status = m->status,
+			.opcode = wc_opcode(wr->opcode),
+			.byte_len = (uint32_t)wr->length,
+			.vendor_err = m->vendor_err,
+		};
+
+		/* Free the slot before the completion is visible: a program
+		 * that posts as soon as it polls a completion (perftest -D
+		 * with tx_depth = max_send_wr) must find room for it. */
 		head++;
 		atomic_store_explicit(&qp->sq.head, head,
 				      memory_order_release);
+		if (report)
+			qp->cfg.ops->complete(qp->cfg.ops_arg, &c);
 	}
 }
 

@@ -540,3 +540,46 @@ Test(datapath, completion_events, .timeout = 60)
 	free(dst);
 	dp_teardown(&p, &defaults);
 }
+
+/* A full SQ that is refilled the moment a completion is polled (what
+ * perftest -D does with tx_depth = max_send_wr): the slot of a polled
+ * WR is free by then, so no post fails with ENOMEM. */
+Test(datapath, sq_refill_on_completion, .timeout = 60)
+{
+	struct dp_opts o = defaults;
+	struct dp_pair p;
+	uint8_t *src, *dst;
+	struct ibv_mr *ms, *md;
+	const int depth = 16, total = 3000;
+	int posted = 0, done = 0;
+
+	o.sq = depth;
+	dp_setup(&p, &o);
+	ms = dp_mr(p.a.pd, 4096, 0, &src);
+	md = dp_mr(p.b.pd, 4096, DP_ALL_ACCESS, &dst);
+	while (done < total) {
+		while (posted < total && posted - done < depth) {
+			struct ibv_sge s = { (uintptr_t)src, 4096, ms->lkey };
+			struct ibv_send_wr w = { .wr_id = (uint64_t)posted,
+						 .sg_list = &s, .num_sge = 1,
+						 .opcode = IBV_WR_RDMA_WRITE,
+						 .send_flags = IBV_SEND_SIGNALED },
+					   *bad;
+
+			w.wr.rdma.remote_addr = (uintptr_t)dst;
+			w.wr.rdma.rkey = md->rkey;
+			cr_assert_eq(ibv_post_send(p.a.qp, &w, &bad), 0,
+				     "post %d with %d completed", posted, done);
+			posted++;
+		}
+		cr_assert_eq(dp_wait1(p.a.scq).status, IBV_WC_SUCCESS);
+		done++;
+	}
+	cr_log_info("%d WRITEs through an SQ of %d, refilled on each "
+		    "completion: no post refused", total, depth);
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(md);
+	free(src);
+	free(dst);
+	dp_teardown(&p, &o);
+}
