@@ -1480,3 +1480,27 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 	}
 	return rx_close(qp);
 }
+
+int rdmap_startup_terminate(enum mpa_error err, bool crc, uint8_t *buf,
+			    size_t cap)
+{
+	struct rdmap_fault f = rdmap_fault_llp(err, mpa_error_term(err));
+	struct rdmap_hdr h = {
+		.ddp = { .last = true, .u = { .msn = 1 } },
+		.opcode = RDMAP_OP_TERMINATE,
+	};
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN];
+	struct rdmap_terminate t;
+	struct mpa_tx tx;
+	int hlen, blen;
+
+	rdmap_term_from_fault(&t, &f, NULL, 0, 0);
+	hlen = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	if (hlen < 0)
+		return hlen;
+	blen = rdmap_term_build(&t, ulpdu + hlen, sizeof(ulpdu) - (size_t)hlen);
+	if (blen < 0)
+		return blen;
+	mpa_tx_init(&tx, crc, false);
+	return mpa_fpdu_encode(&tx, ulpdu, (size_t)(hlen + blen), buf, cap);
+}

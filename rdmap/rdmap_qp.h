@@ -210,4 +210,18 @@ void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason);
  */
 void rdmap_qp_flush_idle(struct rdmap_qp *qp);
 
+/*
+ * RFC 6581 9.1 and 9.2: an Initiator that cannot meet the Responder's ORD
+ * or generate any RTR it names "MUST send a TERM message" (layer LLP, code
+ * MPA_ERR_INSUFFICIENT_IRD or MPA_ERR_NO_MATCHING_RTR) before it closes,
+ * as the first FPDU of the stream: untagged, queue 2, MSN 1, no header
+ * quoted. Encodes that FPDU into buf (CRC as negotiated). Returns its
+ * length or -errno.
+ */
+#define RDMAP_STARTUP_TERM_MAX \
+	(MPA_LEN_FIELD + DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN + 3 + \
+	 MPA_CRC_LEN)
+int rdmap_startup_terminate(enum mpa_error err, bool crc, uint8_t *buf,
+			    size_t cap);
+
 #endif /* WISP_RDMAP_QP_H */

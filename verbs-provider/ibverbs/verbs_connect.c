@@ -18,6 +18,7 @@
 #include "glue_mpa.h"
 #include "mpa.h"
 #include "rdmap.h"
+#include "rdmap_qp.h"
 
 /* Milliseconds left until deadline (-1: none), never below 0. */
 static int ms_left(int64_t deadline)
@@ -61,37 +62,14 @@ static enum wisp_rtr rtr_of(const struct mpa_params *p, bool active)
 	       WISP_RTR_SEND_WRITE;
 }
 
-/*
- * RFC 6581 9.1 and 9.2: an Initiator that cannot meet the Responder's ORD,
- * or generate any RTR it names, "MUST send a TERM message" (layer 2, type
- * 0, code 6 or 7) before it closes. The Terminate is the first FPDU of
- * the stream: untagged, queue 2, MSN 1, with no header quoted.
- */
+/* The RFC 6581 Terminate of an Initiator that must refuse the Reply. */
 static void send_terminate(int fd, enum mpa_error err, bool crc, int64_t dl)
 {
-	struct rdmap_fault fault = rdmap_fault_llp(err, mpa_error_term(err));
-	struct rdmap_hdr h = {
-		.ddp = { .last = true, .u = { .msn = 1 } },
-		.opcode = RDMAP_OP_TERMINATE,
-	};
-	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN];
-	uint8_t fpdu[sizeof(ulpdu) + MPA_LEN_FIELD + 3 + MPA_CRC_LEN];
-	struct rdmap_terminate t;
-	struct mpa_tx tx;
-	int hlen, blen, flen;
+	uint8_t fpdu[RDMAP_STARTUP_TERM_MAX];
+	int len = rdmap_startup_terminate(err, crc, fpdu, sizeof(fpdu));
 
-	rdmap_term_from_fault(&t, &fault, NULL, 0, 0);
-	hlen = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
-	if (hlen < 0)
-		return;
-	blen = rdmap_term_build(&t, ulpdu + hlen, sizeof(ulpdu) - (size_t)hlen);
-	if (blen < 0)
-		return;
-	mpa_tx_init(&tx, crc, false);
-	flen = mpa_fpdu_encode(&tx, ulpdu, (size_t)(hlen + blen), fpdu,
-			       sizeof(fpdu));
-	if (flen > 0)
-		glue_mpa_write(fd, fpdu, (size_t)flen, ms_left(dl));
+	if (len > 0)
+		glue_mpa_write(fd, fpdu, (size_t)len, ms_left(dl));
 }
 
 /* Initiator: Request out, Reply in. Returns 0 or a negative errno. */

@@ -38,6 +38,7 @@
 #include "../wisp_private.h"
 #include "cm_internal.h"
 #include "rdmap.h"
+#include "rdmap_qp.h"
 
 static int fail(int neg_errno)
 {
@@ -263,38 +264,14 @@ static void *watch_thread(void *arg)
 	return NULL;
 }
 
-/*
- * RFC 6581 9.1 and 9.2: an Initiator that cannot meet the Responder's ORD
- * or generate any RTR it names "MUST send a TERM message" (layer 2, type
- * 0, code 6 or 7) before it closes: the first FPDU of the stream,
- * untagged on queue 2 with MSN 1, quoting no header. (The same few lines
- * serve wisp_qp_connect_fd in libibverbs.)
- */
+/* The RFC 6581 Terminate of an Initiator that must refuse the Reply. */
 static void send_terminate(int fd, enum mpa_error err, bool crc, int tmo)
 {
-	struct rdmap_fault fault = rdmap_fault_llp(err, mpa_error_term(err));
-	struct rdmap_hdr h = {
-		.ddp = { .last = true, .u = { .msn = 1 } },
-		.opcode = RDMAP_OP_TERMINATE,
-	};
-	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN];
-	uint8_t fpdu[sizeof(ulpdu) + MPA_LEN_FIELD + 3 + MPA_CRC_LEN];
-	struct rdmap_terminate t;
-	struct mpa_tx tx;
-	int hlen, blen, flen;
+	uint8_t fpdu[RDMAP_STARTUP_TERM_MAX];
+	int len = rdmap_startup_terminate(err, crc, fpdu, sizeof(fpdu));
 
-	rdmap_term_from_fault(&t, &fault, NULL, 0, 0);
-	hlen = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
-	if (hlen < 0)
-		return;
-	blen = rdmap_term_build(&t, ulpdu + hlen, sizeof(ulpdu) - (size_t)hlen);
-	if (blen < 0)
-		return;
-	mpa_tx_init(&tx, crc, false);
-	flen = mpa_fpdu_encode(&tx, ulpdu, (size_t)(hlen + blen), fpdu,
-			       sizeof(fpdu));
-	if (flen > 0)
-		glue_mpa_write(fd, fpdu, (size_t)flen, tmo);
+	if (len > 0)
+		glue_mpa_write(fd, fpdu, (size_t)len, tmo);
 }
 
 /* ---- passive side --------------------------------------------------- */
