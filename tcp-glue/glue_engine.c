@@ -321,6 +321,11 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	}
 	if (c->aborting || c->gone)
 		return;
+	/* A polling thread may have met the end of the stream: act on it
+	 * whoever saw it, even while that thread keeps polling. */
+	end = atomic_load(&c->rx_end);
+	if (end)
+		goto ended;
 	if (c->rx_armed && !atomic_exchange(&c->rx_more, false))
 		return;
 	if (now_ms() - atomic_load(&c->app_rx_ms) < GLUE_APP_POLL_MS) {
@@ -344,6 +349,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	}
 	end = atomic_load(&c->rx_end);
 	if (r < 0 || end) {
+ended:
 		if (end == -1)
 			c->rx_eof = true;
 		conn_abort(c, end == -1 ? 0 : end);

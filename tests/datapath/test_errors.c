@@ -457,3 +457,29 @@ Test(errors, modify_to_error, .timeout = 60)
 	free(rb);
 	dp_teardown(&p, &defaults);
 }
+
+/* The peer's application is polling its CQ (so it, not the engine, reads
+ * the socket) when the stream ends: the end must still flush its QP. */
+Test(errors, close_while_peer_polls, .timeout = 60)
+{
+	struct dp_pair p;
+	uint8_t *rb;
+	struct ibv_mr *mrb;
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	struct ibv_wc wc;
+
+	dp_setup(&p, &defaults);
+	mrb = dp_mr(p.b.pd, 64, IBV_ACCESS_LOCAL_WRITE, &rb);
+	post_recv(p.b.qp, mrb, rb, 64, 2);
+	/* An empty poll hands b's socket to this thread for a while. */
+	cr_assert_eq(ibv_poll_cq(p.b.rcq, 1, &wc), 0);
+	cr_assert_eq(ibv_modify_qp(p.a.qp, &a, IBV_QP_STATE), 0);
+	wc = dp_wait1(p.b.rcq);
+	cr_assert_eq(wc.wr_id, 2);
+	cr_assert_eq(wc.status, IBV_WC_WR_FLUSH_ERR);
+	wait_error(p.b.qp);
+	cr_log_info("stream ended under a polling peer: its receive flushed");
+	ibv_dereg_mr(mrb);
+	free(rb);
+	dp_teardown(&p, &defaults);
+}
