@@ -8,15 +8,18 @@
 #
 # Ports (all on 127.0.0.1 of the host), from GUEST_PORT_BASE = B:
 #   B      -> guest :5000      control server
-#   B+1..4 -> guest :20001..4  siw servers (hostfwd)
-#   guest 10.0.2.100:20001..4 -> host B+11..14  wisp servers (guestfwd,
+#   B+1..9 -> guest :20001..9  siw servers (hostfwd)
+#   guest 10.0.2.100:20001..9 -> host B+11..19  wisp servers (guestfwd,
 #          each connection runs "socat - TCP:127.0.0.1:B+1x")
+# (GUEST_PAIRS = 9; run.sh uses pairs 1..8 in turn and keeps 9 for
+# "nobody listens")
 # With restrict=on the guest reaches nothing but these forwards.
 
 GUEST_IMAGE=${GUEST_IMAGE:-}
 GUEST_PID=
 GUEST_SERIAL=
 GUEST_PORT_BASE=
+GUEST_PAIRS=9
 
 port_free() { # PORT
 	! ss -Htln "sport = :$1" 2>/dev/null | grep -q .
@@ -27,8 +30,8 @@ pick_port_base() {
 	for b in $(shuf -i 200-600 -n 40); do
 		b=$((b * 100))
 		ok=1
-		for p in $b $((b + 1)) $((b + 2)) $((b + 3)) $((b + 4)) \
-			$((b + 11)) $((b + 12)) $((b + 13)) $((b + 14)); do
+		for p in $b $(seq $((b + 1)) $((b + GUEST_PAIRS))) \
+			$(seq $((b + 11)) $((b + 10 + GUEST_PAIRS))); do
 			port_free "$p" || { ok=0; break; }
 		done
 		[ $ok = 1 ] && { echo "$b"; return 0; }
@@ -45,7 +48,7 @@ guest_boot() { # VARIANT LOGDIR
 	# never read its markers as this boot's
 	[ -f "$GUEST_SERIAL" ] && mv -f "$GUEST_SERIAL" "$GUEST_SERIAL.prev"
 	fwd="hostfwd=tcp:127.0.0.1:$b-:5000"
-	for i in 1 2 3 4; do
+	for i in $(seq "$GUEST_PAIRS"); do
 		fwd="$fwd,hostfwd=tcp:127.0.0.1:$((b + i))-:2000$i"
 		fwd="$fwd,guestfwd=tcp:10.0.2.100:2000$i-cmd:socat - TCP:127.0.0.1:$((b + 10 + i))"
 	done

@@ -235,15 +235,51 @@ hrun() {
 
 # --------------------------------------------------------- case functions
 # Each sets verdict ("" = pass) and detail.
-# ports: forward pair 1..3 in turn (4 stays unused: nobody listens there)
+# ports: forward pairs 1..8 in turn (guest.sh; 9 stays unused: nobody
+# listens there), skipping a pair whose host port still has a listener
+# (a server of an earlier case that has not let go yet).
 # g_port: the guest's port; h_fwd: the host port forwarded to it; h_srv:
 # the host port the guest reaches at 10.0.2.100:g_port
 pair=0
 ports() {
-	pair=$((pair % 3 + 1))
+	local _
+	for _ in 1 2 3 4 5 6 7 8; do
+		pair=$((pair % 8 + 1))
+		h_srv=$((GUEST_PORT_BASE + 10 + pair))
+		host_listening $h_srv || break
+	done
 	g_port=$((20000 + pair))
 	h_fwd=$((GUEST_PORT_BASE + pair))
-	h_srv=$((GUEST_PORT_BASE + 10 + pair))
+}
+
+# hserve CMD...: start wisp's server on the host (in the background, pid
+# in hp) and wait until it listens on h_srv. Returns 1 with the verdict set
+# when it never does: the guest's siw client must then not be started, as
+# siw 6.1 oopses when its connection closes before an MPA Reply (finding 3)
+hserve() {
+	local _
+	"${wisp[@]}" "$@" >"$cdir/host.out" 2>"$cdir/host.err" &
+	hp=$!
+	for _ in $(seq 100); do
+		host_listening $h_srv && return 0
+		kill -0 $hp 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -9 $hp 2>/dev/null
+	wait $hp 2>/dev/null
+	verdict="wisp's server did not listen on $h_srv: $(tail -1 "$cdir/host.err")"
+	return 1
+}
+
+# hreap SECONDS: let wisp's server end (killed after SECONDS), its status
+# in h_rc; then wait until its listener is gone
+hreap() {
+	local _
+	for _ in $(seq $(($1 * 10))); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
+	kill -9 $hp 2>/dev/null
+	wait $hp 2>/dev/null
+	h_rc=$?
+	for _ in $(seq 50); do host_listening $h_srv || break; sleep 0.1; done
 }
 
 # both ends exit in time; rping data identical and complete on both ends
@@ -258,15 +294,10 @@ run_rping() { # SIZE COUNT
 		gfinish "$name" 20
 		c_out=$cdir/host.out s_out=$cdir/guest.out
 	else
-		"${wisp[@]}" rping -s -a 127.0.0.1 -p $h_srv -C "$count" -v -V -S "$size" >"$cdir/host.out" 2>"$cdir/host.err" &
-		local hp=$!
-		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		hserve rping -s -a 127.0.0.1 -p $h_srv -C "$count" -v -V -S "$size" || return
 		gstart "$name" timeout 20 rping -c -a 10.0.2.100 -p $g_port -C "$count" -v -V -S "$size"
 		gfinish "$name" 25
-		for _ in $(seq 100); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
-		kill -9 $hp 2>/dev/null
-		wait $hp 2>/dev/null
-		h_rc=$?
+		hreap 10
 		c_out=$cdir/guest.out s_out=$cdir/host.out
 	fi
 	c_n=$(grep -c '^ping data: ' "$c_out")
@@ -301,15 +332,10 @@ run_perf() { # TEST SIZE ITERS
 		h_rc=$?
 		gfinish "$name" 20
 	else
-		"${wisp[@]}" "$bin" "${args[@]}" -p $h_srv >"$cdir/host.out" 2>"$cdir/host.err" &
-		local hp=$!
-		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		hserve "$bin" "${args[@]}" -p $h_srv || return
 		gstart "$name" timeout 30 "$bin" "${args[@]}" -p $g_port 10.0.2.100
 		gfinish "$name" 35
-		for _ in $(seq 100); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
-		kill -9 $hp 2>/dev/null
-		wait $hp 2>/dev/null
-		h_rc=$?
+		hreap 10
 	fi
 	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
 	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" | head -1)
@@ -347,14 +373,10 @@ run_cmp() {
 		gfinish "$name" 20
 		c_out=$cdir/host.out s_out=$cdir/guest.out
 	else
-		"${wisp[@]}" "$cp" -s -a 127.0.0.1 -p $h_srv -n "$n" -t "$tmo" $sopts >"$cdir/host.out" 2>"$cdir/host.err" &
-		local hp=$!
-		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		hserve "$cp" -s -a 127.0.0.1 -p $h_srv -n "$n" -t "$tmo" $sopts || return
 		gstart "$name" cmprobe -c -a 10.0.2.100 -p $g_port -n "$n" -t "$tmo" $copts
 		gfinish "$name" 120
-		for _ in $(seq 100); do kill -0 $hp 2>/dev/null || break; sleep 0.1; done
-		kill -9 $hp 2>/dev/null
-		wait $hp 2>/dev/null
+		hreap 10
 		c_out=$cdir/guest.out s_out=$cdir/host.out
 	fi
 	case $name in
@@ -384,12 +406,10 @@ run_reject() {
 		gfinish "$name" 10
 		c_out=$cdir/host.out s_out=$cdir/guest.out
 	else
-		"${wisp[@]}" "$cp" -s -a 127.0.0.1 -p $h_srv -n 2 -r -t 5000 >"$cdir/host.out" 2>"$cdir/host.err" &
-		local hp=$!
-		for _ in $(seq 50); do host_listening $h_srv && break; sleep 0.1; done
+		hserve "$cp" -s -a 127.0.0.1 -p $h_srv -n 2 -r -t 5000 || return
 		gstart "$name" cmprobe -c -a 10.0.2.100 -p $g_port -n 2 -e REJECTED -t 5000
 		gfinish "$name" 30
-		wait $hp 2>/dev/null
+		hreap 10
 		c_out=$cdir/guest.out s_out=$cdir/host.out
 	fi
 	ev=$(grep -m1 "REJECTED status" "$c_out" | sed 's/.*REJECTED //')
@@ -410,11 +430,11 @@ run_nolisten() {
 	ports
 	t0=$(date +%s)
 	if [ "$dir" = w2s ]; then
-		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $((GUEST_PORT_BASE + 4)) -e any -t 8000
+		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $((GUEST_PORT_BASE + 9)) -e any -t 8000
 		c_out=$cdir/host.out
 	else
-		gstart "$name" cmprobe -c -a 10.0.2.100 -p 20004 -e any -t 8000
-		g_port=20004
+		gstart "$name" cmprobe -c -a 10.0.2.100 -p 20009 -e any -t 8000
+		g_port=20009
 		gfinish "$name" 20
 		c_out=$cdir/guest.out
 	fi
