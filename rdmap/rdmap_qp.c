@@ -137,6 +137,10 @@ struct rdmap_qp {
 	uint32_t ord_limit;
 	bool rtr_pending;         /* initiator: RTR still to send */
 	bool tx_hold;             /* responder: RTR not yet received */
+	bool nudge_on;            /* initiator: RTR answer awaited */
+	bool nudge_pending;       /* a zero-length Write is to go out */
+	uint8_t nudges;           /* sent so far */
+	int64_t nudge_at;         /* 0: not yet timed */
 	bool term_pending;        /* a Terminate is to go out */
 	bool term_sent;
 	struct rdmap_terminate term;
@@ -320,6 +324,7 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 	qp->rtr_pending = s->rtr == RDMAP_RTR_SEND_WRITE ||
 			  s->rtr == RDMAP_RTR_SEND_READ;
 	qp->tx_hold = s->rtr == RDMAP_RTR_EXPECT;
+	qp->nudge_on = qp->rtr_pending;
 	atomic_store(&qp->state, RDMAP_QP_RTS);
 	return 0;
 }
@@ -518,7 +523,7 @@ bool rdmap_qp_tx_pending(const struct rdmap_qp *qp)
 		return true;
 	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
 		return false;
-	if (qp->rtr_pending)
+	if (qp->rtr_pending || qp->nudge_pending)
 		return true;
 	if (qp->tx_hold)
 		return false;
@@ -621,28 +626,59 @@ static int tx_terminate(struct rdmap_qp *qp)
 	return 1;
 }
 
+/* A zero-length RDMA Write: the WRITE RTR, and the nudge after an RTR. */
+static int tx_zero_write(struct rdmap_qp *qp)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+
+	h.ddp.last = true;
+	h.ddp.tagged = true;
+	h.ddp.t.stag = RTR_STAG;
+	return batch_add(qp, &h, NULL, 0, -1, NULL, false);
+}
+
 /* The RFC 6581 RTR: a zero-length WRITE or READ as the first FPDU. */
 static int tx_rtr(struct rdmap_qp *qp)
 {
-	struct rdmap_hdr h = { 0 };
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_REQ };
+	struct ord_entry *o;
 
-	h.ddp.last = true;
-	if (qp->s.rtr == RDMAP_RTR_SEND_WRITE) {
-		h.opcode = RDMAP_OP_WRITE;
-		h.ddp.tagged = true;
-		h.ddp.t.stag = RTR_STAG;
-	} else {
-		struct ord_entry *o = &qp->ord[qp->ord_tail % qp->ord_size];
-
-		h.opcode = RDMAP_OP_READ_REQ;
-		h.ddp.u.msn = qp->tx_msn[RDMAP_QN_READ_REQ]++;
-		h.rreq.sink_stag = RTR_STAG;
-		h.rreq.src_stag = RTR_STAG;
-		*o = (struct ord_entry){ .wr_idx = -1, .sink_stag = RTR_STAG };
-		qp->ord_tail++;
-	}
 	qp->rtr_pending = false;
+	if (qp->s.rtr == RDMAP_RTR_SEND_WRITE)
+		return tx_zero_write(qp);
+	o = &qp->ord[qp->ord_tail % qp->ord_size];
+	h.ddp.last = true;
+	h.ddp.u.msn = qp->tx_msn[RDMAP_QN_READ_REQ]++;
+	h.rreq.sink_stag = RTR_STAG;
+	h.rreq.src_stag = RTR_STAG;
+	*o = (struct ord_entry){ .wr_idx = -1, .sink_stag = RTR_STAG };
+	qp->ord_tail++;
 	return batch_add(qp, &h, NULL, 0, -1, NULL, false);
+}
+
+int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send)
+{
+	*send = false;
+	if (!qp->nudge_on)
+		return -1;
+	if (qp->rx_any || qp->nudges >= RDMAP_NUDGE_MAX ||
+	    rdmap_qp_state(qp) != RDMAP_QP_RTS) {
+		qp->nudge_on = false;
+		return -1;
+	}
+	if (!qp->nudge_at) {
+		qp->nudge_at = now_ms + RDMAP_NUDGE_FIRST_MS;
+		return qp->nudge_at;
+	}
+	if (now_ms < qp->nudge_at)
+		return qp->nudge_at;
+	if (!qp->rtr_pending && !qp->nudge_pending) {
+		qp->nudge_pending = true;
+		qp->nudges++;
+		*send = true;
+	}
+	qp->nudge_at = now_ms + ((int64_t)RDMAP_NUDGE_FIRST_MS << qp->nudges);
+	return qp->nudge_at;
 }
 
 /* Next segment of the oldest Read Response. Returns 1 if one was added,
@@ -900,6 +936,12 @@ int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		goto out;
 	if (qp->rtr_pending) {
 		ret = tx_rtr(qp);
+		if (ret < 0)
+			goto out;
+	}
+	if (qp->nudge_pending) {
+		qp->nudge_pending = false;
+		ret = tx_zero_write(qp);
 		if (ret < 0)
 			goto out;
 	}

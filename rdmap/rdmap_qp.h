@@ -197,6 +197,23 @@ int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n);
 bool rdmap_qp_tx_pending(const struct rdmap_qp *qp);
 
 /*
+ * The passing of time; now_ms is any monotonic clock in milliseconds.
+ * Returns when the QP next wants this call (same clock), or -1 for never
+ * again; *send is set when tx_fill has something because of it.
+ *
+ * Its one use: an RFC 6581 initiator whose RTR has no answer. A responder
+ * may leave the RTR unread when it lands just after its MPA Reply (Linux
+ * siw 6.1 does, docs/interop.md finding 1) and reads it only when more
+ * data arrives. Until the first FPDU comes back, the QP sends a
+ * zero-length RDMA Write (a valid WRITE RTR, RFC 6581 9.2; its STag is not
+ * checked, RFC 5041 5.2) RDMAP_NUDGE_FIRST_MS after the first call, then
+ * after twice as long each time, RDMAP_NUDGE_MAX times in all.
+ */
+#define RDMAP_NUDGE_FIRST_MS 50
+#define RDMAP_NUDGE_MAX      6
+int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send);
+
+/*
  * The stream is gone (reason 0: orderly, else an errno) or the
  * application moved the QP to ERROR: enter ERROR and flush every
  * outstanding work request. Idempotent.

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/uio.h>
 
 struct glue_engine;
@@ -42,6 +43,11 @@ struct glue_conn_ops {
 	/* The stream is over and its socket closed: reason 0 for an orderly
 	 * end (either side closed), else a positive errno. Last call. */
 	void (*ended)(void *arg, int reason);
+	/* Optional, on the engine thread: time passed (now_ms: the
+	 * CLOCK_MONOTONIC milliseconds). Return when to be called next (same
+	 * clock), or -1 for never again; set *send if tx_fill has something
+	 * because of it. First called when the engine adopts the socket. */
+	int64_t (*timer)(void *arg, int64_t now_ms, bool *send);
 };
 
 /* What rx_done asks for. */

@@ -393,6 +393,16 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 	pthread_mutex_unlock(&c->tx_lock);
 }
 
+/* The owner's timer, if it has one, when due. */
+static void conn_timer(struct glue_conn *c, int64_t now)
+{
+	bool send = false;
+
+	c->timer_at = c->ops->timer ? c->ops->timer(c->arg, now, &send) : -1;
+	if (send)
+		atomic_store(&c->tx_more, true);
+}
+
 /* One pass over every connection. Returns the wait timeout to use. */
 static int pump_all(struct glue_engine *e)
 {
@@ -402,6 +412,16 @@ static int pump_all(struct glue_engine *e)
 	e->recheck = false;
 	for (c = e->conns; c; c = next) {
 		next = c->next;
+		if (c->timer_at >= 0 && !c->gone && !c->aborting &&
+		    !c->closing) {
+			if (!now)
+				now = now_ms();
+			if (now >= c->timer_at)
+				conn_timer(c, now);
+			if (c->timer_at >= 0 &&
+			    (soonest < 0 || c->timer_at < soonest))
+				soonest = c->timer_at;
+		}
 		if (!c->gone) {
 			pump_tx(e, c);
 			pump_rx(e, c);

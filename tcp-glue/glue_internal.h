@@ -48,6 +48,7 @@ struct glue_conn {
 	bool gone;                /* ended() has run */
 	int reason;
 	int64_t deadline_ms;
+	int64_t timer_at;         /* ops->timer: 0 at once, -1 never */
 
 	/* epoll backend: the events armed (one-shot) */
 	uint32_t ep_want;

@@ -68,3 +68,162 @@ Test(qp, send_slot_free_before_completion)
 	rdmap_qp_destroy(g_qp);
 	rdmap_stag_table_fini(&t);
 }
+
+/* ---- the RTR nudge (rdmap_qp_tick) ---- */
+
+static struct rdmap_stag_table g_t;
+
+static struct rdmap_qp *rtr_qp(int rtr)
+{
+	static const struct rdmap_qp_ops nop = { .complete = on_complete };
+	struct rdmap_qp_cfg cfg = { .pd = (void *)1, .stags = &g_t,
+				    .ops = &nop, .sq_size = 4, .rq_size = 4 };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
+	struct rdmap_qp *qp;
+
+	s.rtr = rtr;
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	return qp;
+}
+
+static void rtr_qp_free(struct rdmap_qp *qp)
+{
+	rdmap_qp_destroy(qp);
+	rdmap_stag_table_fini(&g_t);
+}
+
+/* Everything tx_fill has now, as one byte string; returns its length. */
+static size_t drain(struct rdmap_qp *qp, uint8_t *out, size_t cap)
+{
+	struct iovec iov[64];
+	size_t len = 0;
+	int n;
+
+	while ((n = rdmap_qp_tx_fill(qp, iov, 64)) > 0) {
+		size_t bytes = 0;
+
+		for (int i = 0; i < n; i++) {
+			cr_assert_leq(len + iov[i].iov_len, cap);
+			memcpy(out + len, iov[i].iov_base, iov[i].iov_len);
+			len += iov[i].iov_len;
+			bytes += iov[i].iov_len;
+		}
+		rdmap_qp_tx_done(qp, bytes);
+	}
+	return len;
+}
+
+/* One FPDU, CRC off: ULPDU_Length, the DDP and RDMAP control octets. */
+static void expect_fpdu(const uint8_t *b, size_t len, unsigned ulpdu,
+			uint8_t ddp_ctrl, uint8_t rdmap_ctrl)
+{
+	cr_assert_eq(len, (2 + ulpdu + 3) / 4 * 4 + 4, "FPDU of %zu octets",
+		     len);
+	cr_assert_eq(b[0] << 8 | b[1], ulpdu);
+	cr_assert_eq(b[2], ddp_ctrl, "DDP control %#x", b[2]);
+	cr_assert_eq(b[3], rdmap_ctrl, "RDMAP control %#x", b[3]);
+}
+
+/* Read Request: untagged, Last, DV 1 / RV 1, opcode 1; 18 + 28 octets.
+ * RDMA Write: tagged, Last, DV 1 / RV 1, opcode 0; 14 octets. */
+#define READ_REQ_FPDU  46, 0x41, 0x41
+#define ZERO_WRITE     14, 0xc1, 0x40
+
+Test(qp, rtr_unanswered_is_nudged_with_backoff)
+{
+	struct rdmap_qp *qp = rtr_qp(RDMAP_RTR_SEND_READ);
+	int64_t t = 1000, next, want = t + RDMAP_NUDGE_FIRST_MS;
+	uint8_t b[256];
+	bool send;
+	size_t n;
+
+	/* the first call only starts the clock */
+	cr_assert_eq(rdmap_qp_tick(qp, t, &send), want);
+	cr_assert(!send);
+	n = drain(qp, b, sizeof(b));
+	expect_fpdu(b, n, READ_REQ_FPDU);
+	cr_assert_eq(rdmap_qp_tick(qp, want - 1, &send), want);
+	cr_assert(!send);
+	cr_assert_eq(drain(qp, b, sizeof(b)), 0);
+	for (int i = 1; i <= RDMAP_NUDGE_MAX; i++) {
+		t = want;
+		next = rdmap_qp_tick(qp, t, &send);
+		cr_assert(send, "nudge %d due at %lld", i, (long long)t);
+		want = t + ((int64_t)RDMAP_NUDGE_FIRST_MS << i);
+		cr_assert_eq(next, want, "nudge %d: next at %lld", i,
+			     (long long)next);
+		n = drain(qp, b, sizeof(b));
+		expect_fpdu(b, n, ZERO_WRITE);
+	}
+	cr_assert_eq(rdmap_qp_tick(qp, want, &send), -1);
+	cr_assert(!send);
+	cr_assert_eq(drain(qp, b, sizeof(b)), 0);
+	cr_log_info("READ RTR unanswered: %d zero-length Writes, %d ms apart "
+		    "and doubling, then none", RDMAP_NUDGE_MAX,
+		    RDMAP_NUDGE_FIRST_MS);
+	rtr_qp_free(qp);
+}
+
+/* Feed octets to the receive side as the engine would. */
+static int feed(struct rdmap_qp *qp, const uint8_t *b, size_t len)
+{
+	int flags = 0;
+
+	while (len) {
+		struct iovec iov[RDMAP_MAX_SGE + 1];
+		int n = rdmap_qp_rx_want(qp, iov, RDMAP_MAX_SGE + 1);
+		size_t k = iov[0].iov_len < len ? iov[0].iov_len : len;
+
+		cr_assert_geq(n, 1);
+		memcpy(iov[0].iov_base, b, k);
+		flags |= rdmap_qp_rx_done(qp, k);
+		b += k;
+		len -= k;
+	}
+	return flags;
+}
+
+Test(qp, rtr_answered_is_not_nudged)
+{
+	struct rdmap_qp *qp = rtr_qp(RDMAP_RTR_SEND_READ);
+	/* the zero-length Read Response: tagged, Last, opcode 2, sink STag
+	 * as sent (not checked at zero length), TO 0; CRC off */
+	static const uint8_t resp[20] = { 0, 14, 0xc1, 0x42, 0, 0, 1, 0 };
+	uint8_t b[256];
+	bool send;
+
+	cr_assert_gt(rdmap_qp_tick(qp, 1000, &send), 0);
+	expect_fpdu(b, drain(qp, b, sizeof(b)), READ_REQ_FPDU);
+	feed(qp, resp, sizeof(resp));
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	cr_assert_eq(rdmap_qp_tick(qp, 1000 + RDMAP_NUDGE_FIRST_MS, &send), -1);
+	cr_assert(!send);
+	cr_assert_eq(drain(qp, b, sizeof(b)), 0);
+	rtr_qp_free(qp);
+}
+
+Test(qp, write_rtr_nudged_and_no_rtr_never)
+{
+	struct rdmap_qp *qp = rtr_qp(RDMAP_RTR_SEND_WRITE);
+	uint8_t b[256];
+	bool send;
+
+	cr_assert_eq(rdmap_qp_tick(qp, 0, &send), RDMAP_NUDGE_FIRST_MS);
+	expect_fpdu(b, drain(qp, b, sizeof(b)), ZERO_WRITE);
+	rdmap_qp_tick(qp, RDMAP_NUDGE_FIRST_MS, &send);
+	cr_assert(send);
+	expect_fpdu(b, drain(qp, b, sizeof(b)), ZERO_WRITE);
+	rtr_qp_free(qp);
+
+	/* a responder, and a QP without peer-to-peer, have nothing to time */
+	qp = rtr_qp(RDMAP_RTR_EXPECT);
+	cr_assert_eq(rdmap_qp_tick(qp, 0, &send), -1);
+	rtr_qp_free(qp);
+	qp = rtr_qp(RDMAP_RTR_NONE);
+	cr_assert_eq(rdmap_qp_tick(qp, 0, &send), -1);
+	cr_assert(!send);
+	rtr_qp_free(qp);
+}

@@ -253,6 +253,17 @@ static int s_tx_done(void *arg, size_t n)
 	return ret;
 }
 
+static int64_t s_timer(void *arg, int64_t now_ms, bool *send)
+{
+	struct wisp_qp *qp = arg;
+	int64_t next;
+
+	pthread_mutex_lock(&qp->core_lock);
+	next = rdmap_qp_tick(qp->core, now_ms, send);
+	pthread_mutex_unlock(&qp->core_lock);
+	return next;
+}
+
 /* Enter ERROR and flush, serialised with the data path. */
 static void core_end(struct wisp_qp *qp, int reason)
 {
@@ -291,6 +302,7 @@ static const struct glue_conn_ops stream_ops = {
 	.tx_fill = s_tx_fill,
 	.tx_done = s_tx_done,
 	.ended = s_ended,
+	.timer = s_timer,
 };
 
 /* Engine thread: close the stream unless it is already over. */
