@@ -207,12 +207,15 @@ int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
 	return (int)total;
 }
 
-void glue_mpa_initiator_hold(void)
+void glue_mpa_initiator_hold(int ms)
 {
 	struct timespec ts = {
-		.tv_nsec = GLUE_MPA_INITIATOR_HOLD_MS * 1000000L,
+		.tv_sec = ms / 1000,
+		.tv_nsec = ms % 1000 * 1000000L,
 	};
 
+	if (ms <= 0)
+		return;
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
 }

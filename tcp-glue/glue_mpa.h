@@ -57,17 +57,20 @@ int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
 		  size_t cap, int timeout_ms, enum mpa_error *err);
 
 /*
- * How long an initiator waits after a good MPA Reply before its first
- * FPDU (the RTR, or the first ULP message), and the call that waits.
+ * How long an initiator waits by default after a good MPA Reply before its
+ * first FPDU (the RTR, or the first ULP message), and the call that waits
+ * (ms 0: not at all).
  *
  * RFC 5044 7.1.2 and RFC 6581 9.3 allow the first FPDU right after the
  * Reply. Linux siw (6.1, siw_accept) only starts reading FPDUs a moment
  * after it sent its Reply: an FPDU that lands in between is left unread
  * until more data comes, so a peer-to-peer RTR goes unanswered and the
  * connection hangs (docs/interop.md measured 8-16 of 20 at once, none of
- * 20 with 1, 5 or 20 ms). 10 ms costs a connection little.
+ * 20 with 1, 5 or 20 ms). 10 ms costs a connection little. An RTR that
+ * still goes unanswered is nudged by the QP (rdmap_qp_tick).
  */
 #define GLUE_MPA_INITIATOR_HOLD_MS 10
-void glue_mpa_initiator_hold(void);
+#define GLUE_MPA_INITIATOR_HOLD_MAX_MS 1000
+void glue_mpa_initiator_hold(int ms);
 
 #endif /* WISP_GLUE_MPA_H */

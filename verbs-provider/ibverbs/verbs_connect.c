@@ -162,7 +162,7 @@ int wisp_qp_connect_fd(struct ibv_qp *qp, int fd, bool active,
 		ret = run_initiator(fd, &mp, dl, buf, &params);
 		/* siw reads nothing just after its Reply (glue_mpa.h). */
 		if (!ret)
-			glue_mpa_initiator_hold();
+			glue_mpa_initiator_hold(GLUE_MPA_INITIATOR_HOLD_MS);
 	}
 	else
 		ret = run_responder(fd, &mp, dl, buf, &params);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cm_internal.h"
+#include "glue_mpa.h"
 #include "wisp_rdmacm.h"
 
 #define TIMEOUT_MAX_MS 3600000
@@ -30,6 +31,7 @@ static const struct wcm_opts opts_default = {
 	.p2p = true,
 	.rtr_prefer = MPA_RTR_READ,
 	.timeout_ms = 10000,
+	.hold_ms = GLUE_MPA_INITIATOR_HOLD_MS,
 	.afonly = -1,
 };
 
@@ -67,17 +69,25 @@ static int parse_word(const char *var, const char *val,
 	return bad_value(var, val, accepted);
 }
 
-static int parse_ms(const char *var, const char *val, int *out)
+/* A whole number of milliseconds in [min, max] into *out. */
+static int parse_ms(const char *var, const char *val, long min, long max,
+		    int *out)
 {
+	char accepted[80];
 	char *end;
-	long v;
+	long v = -1;
 
-	if (val[0] < '0' || val[0] > '9')
-		return bad_value(var, val, "a whole number of milliseconds, 1 to 3600000");
-	errno = 0;
-	v = strtol(val, &end, 10);
-	if (errno || *end || v < 1 || v > TIMEOUT_MAX_MS)
-		return bad_value(var, val, "a whole number of milliseconds, 1 to 3600000");
+	if (val[0] >= '0' && val[0] <= '9') {
+		errno = 0;
+		v = strtol(val, &end, 10);
+		if (errno || *end)
+			v = -1;
+	}
+	if (v < min || v > max) {
+		snprintf(accepted, sizeof(accepted),
+			 "a whole number of milliseconds, %ld to %ld", min, max);
+		return bad_value(var, val, accepted);
+	}
 	*out = (int)v;
 	return 0;
 }
@@ -140,7 +150,15 @@ int wcm_config_load(void)
 	}
 	v = getenv("WISP_MPA_TIMEOUT_MS");
 	if (v) {
-		r = parse_ms("WISP_MPA_TIMEOUT_MS", v, &o.timeout_ms);
+		r = parse_ms("WISP_MPA_TIMEOUT_MS", v, 1, TIMEOUT_MAX_MS,
+			     &o.timeout_ms);
+		if (r < 0)
+			ret = r;
+	}
+	v = getenv("WISP_MPA_HOLD_MS");
+	if (v) {
+		r = parse_ms("WISP_MPA_HOLD_MS", v, 0,
+			     GLUE_MPA_INITIATOR_HOLD_MAX_MS, &o.hold_ms);
 		if (r < 0)
 			ret = r;
 	}

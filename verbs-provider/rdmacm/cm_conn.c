@@ -155,7 +155,7 @@ static int establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 
 	/* siw reads nothing just after its Reply (glue_mpa.h). */
 	if (active)
-		glue_mpa_initiator_hold();
+		glue_mpa_initiator_hold(w->opts.hold_ms);
 	/* RFC 6581 9.3: the Initiator sends the negotiated RTR first; the
 	 * Responder sends nothing before it arrived (RFC 5044 7.1.2 rule 4:
 	 * "MUST receive and validate at least one FPDU before sending"). */

@@ -63,6 +63,8 @@ struct wcm_opts {
 	uint8_t rtr_prefer;       /* MPA_RTR_READ or MPA_RTR_WRITE */
 	bool rtr_only;            /* set explicitly: offer/accept only it */
 	int timeout_ms;           /* TCP connect and each MPA frame */
+	int hold_ms;              /* initiator: after the Reply, before the
+				   * first FPDU (glue_mpa.h) */
 	/* RDMA_OPTION_ID */
 	bool tos_set;
 	uint8_t tos;
