@@ -72,6 +72,9 @@ summary() {
 #   cs        client-server model, siw's defaults (rev 2, no p2p, no CRC)
 #   crc       wisp asks for CRC (WISP_CRC=1)
 #   p2pw/p2pr peer-to-peer with the WRITE / READ RTR
+#   p2pr0/p2pw0  the same with no hold after the MPA Reply
+#             (WISP_MPA_HOLD_MS=0): the RTR lands in siw's window and
+#             only wisp's nudge gets it read (docs/interop.md finding 1)
 #   rev1      MPA revision 1 Requests (wisp as initiator only)
 #   wdef      wisp's own defaults (nothing set)
 # Names: <dir>.<mode>.<what>; dir "w2s" = wisp client -> siw server,
@@ -106,6 +109,15 @@ add "w2s.cs.no-listener" default nolisten ""
 add "w2s.p2pr.race-server-sends-first-x12" default cmp "c:-R:-D s:-S: 12 1500"
 add "w2s.p2pw.race-server-sends-first-x12" default cmp "c:-R:-D s:-S: 12 1500"
 add "w2s.cs.race-client-sends-then-waits-x12" default cmp "c:-S:-R:-D s:-R:-S: 12 1500"
+add "w2s.p2pr0.race-server-sends-first-x12" default cmp "c:-R:-D s:-S: 12 1500"
+add "w2s.p2pw0.race-server-sends-first-x12" default cmp "c:-R:-D s:-S: 12 1500"
+add "w2s.p2pr0.rping-100x40" default rping "100 40"
+# wisp's READ RTR put into siw's blind window by tests/interop/rtr-relay.py:
+# only wisp's nudge gets siw to read it
+add "w2s.p2pr.rtr-in-siw-window-x12" default relay "c:-R:-D s:-S: 12 3000"
+# wisp's initiator closes at once, its RTR perhaps unread: a reset here
+# would hit siw's iw_cm BUG (finding 1); wisp must end with a FIN
+add "w2s.p2pr0.close-at-once-x12" default cmp "c:-D s: 12 1500"
 
 # siw's window measured without wisp (rtr-probe.py, a bare MPA initiator):
 # how many immediate RTRs siw leaves unread, and that a zero-length RDMA
@@ -150,6 +162,8 @@ wisp_env() { # MODE -> prints env assignments for the wisp end
 	crc) echo "WISP_P2P=0 WISP_CRC=1" ;;
 	p2pw) echo "WISP_P2P=1 WISP_RTR=write" ;;
 	p2pr) echo "WISP_P2P=1 WISP_RTR=read" ;;
+	p2pw0) echo "WISP_P2P=1 WISP_RTR=write WISP_MPA_HOLD_MS=0" ;;
+	p2pr0) echo "WISP_P2P=1 WISP_RTR=read WISP_MPA_HOLD_MS=0" ;;
 	rev1) echo "WISP_MPA_REV=1" ;;
 	wdef) echo "" ;;
 	esac
@@ -362,15 +376,31 @@ run_cmp() {
 	cp=$GUEST_IMAGE/cmprobe
 	ports
 	case $name in
-	*.race-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	*.race-* | *.rtr-in-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
 	esac
 	# shellcheck disable=SC2086
 	if [ "$dir" = w2s ]; then
+		local cport=$h_fwd rpid= _
 		gstart "$name" cmprobe -s -p $g_port -n "$n" -t "$tmo" $sopts
 		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
-		hrun 120 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $h_fwd -n "$n" -t "$tmo" $copts
+		if [ "$kind" = relay ]; then
+			python3 "$here/rtr-relay.py" --to $h_fwd -n "$n" \
+				>"$cdir/relay.out" 2>"$cdir/relay.err" &
+			rpid=$!
+			for _ in $(seq 50); do
+				grep -q "^RTRRELAY port=" "$cdir/relay.out" && break
+				sleep 0.1
+			done
+			cport=$(sed -n 's/^RTRRELAY port=//p' "$cdir/relay.out")
+		fi
+		hrun 120 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p "${cport:-0}" -n "$n" -t "$tmo" $copts
 		h_rc=$?
 		gfinish "$name" 20
+		if [ -n "$rpid" ]; then
+			for _ in $(seq 100); do kill -0 $rpid 2>/dev/null || break; sleep 0.1; done
+			kill -9 $rpid 2>/dev/null
+			wait $rpid 2>/dev/null
+		fi
 		c_out=$cdir/host.out s_out=$cdir/guest.out
 	else
 		hserve "$cp" -s -a 127.0.0.1 -p $h_srv -n "$n" -t "$tmo" $sopts || return
@@ -380,7 +410,7 @@ run_cmp() {
 		c_out=$cdir/guest.out s_out=$cdir/host.out
 	fi
 	case $name in
-	*.race-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw -p; file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	*.race-* | *.rtr-in-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw -p; file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
 	esac
 	local c_res s_res c_ok s_ok
 	c_res=$(grep "CMPROBE RESULT" "$c_out")
@@ -391,6 +421,15 @@ run_cmp() {
 	if [ "${c_ok:-0}" != "$n" ] || [ "${s_ok:-0}" != "$n" ]; then
 		verdict="$(grep -hE 'TIMEOUT|WC-ERROR|UNEXPECTED|ERROR' "$c_out" "$s_out" | head -1 | cut -d' ' -f2,4-)"
 		verdict=${verdict:-incomplete}
+	fi
+	if [ "$kind" = relay ]; then
+		local rr
+		rr=$(grep "^RTRRELAY RESULT" "$cdir/relay.out")
+		detail="$detail; relay: ${rr#RTRRELAY RESULT } (RTR put in siw's window; nudged = answered only after wisp's zero-length Write)"
+		case $rr in
+		*" none=0") ;;
+		*) verdict="${verdict:+$verdict; }the relay saw connections fail: $(grep -m1 -E 'error|answer_ms=-' "$cdir/relay.out")" ;;
+		esac
 	fi
 }
 
@@ -453,8 +492,8 @@ check_negotiation() {
 	case $mode in
 	cs) want="MPA rev 2, CRC off, .*RTR none" ;;
 	crc) want="MPA rev 2, CRC on, .*RTR none" ;;
-	p2pw) want="MPA rev 2, CRC off, .*RTR write" ;;
-	p2pr) want="MPA rev 2, CRC off, .*RTR read" ;;
+	p2pw | p2pw0) want="MPA rev 2, CRC off, .*RTR write" ;;
+	p2pr | p2pr0) want="MPA rev 2, CRC off, .*RTR read" ;;
 	rev1) want="MPA rev 1, CRC off, .*RTR none" ;;
 	wdef) want="MPA rev 2, CRC off, .*RTR (read|write)" ;;
 	esac
@@ -603,10 +642,13 @@ for c in "${cases[@]}"; do
 	set_wisp
 	t0=$(date +%s)
 	# shellcheck disable=SC2086
-	if [ "$kind" = cmp ]; then run_cmp "$args"; else "run_$kind" $args; fi
+	case $kind in
+	cmp | relay) run_cmp "$args" ;;
+	*) "run_$kind" $args ;;
+	esac
 	t1=$(date +%s)
 	case $kind in
-	rping | perf | cmp) [ -z "$verdict" ] && [ "$siw_debug" = 1 ] && check_negotiation ;;
+	rping | perf | cmp | relay) [ -z "$verdict" ] && [ "$siw_debug" = 1 ] && check_negotiation ;;
 	esac
 	if ! kill -0 "$GUEST_PID" 2>/dev/null; then
 		verdict="guest died: $(guest_death)"
@@ -614,6 +656,9 @@ for c in "${cases[@]}"; do
 	fi
 	if [ -n "${g_race:-}" ] && [ "${g_race:-0}" -gt 0 ] && [ -n "$verdict" ]; then
 		verdict="$verdict; siw took $g_race first FPDU(s) before RDMA mode (siw_accept race)"
+	fi
+	if [ -z "$verdict" ] && [ "${g_race:-0}" -gt 0 ] 2>/dev/null; then
+		detail="$detail; siw ignored $g_race arrival(s) just after its Reply"
 	fi
 	if [ -z "$verdict" ]; then
 		report PASS "$name" "$detail ($((t1 - t0)) s)"
