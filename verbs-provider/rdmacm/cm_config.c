@@ -73,7 +73,6 @@ static int parse_word(const char *var, const char *val,
 static int parse_ms(const char *var, const char *val, long min, long max,
 		    int *out)
 {
-	char accepted[80];
 	char *end;
 	long v = -1;
 
@@ -84,6 +83,8 @@ static int parse_ms(const char *var, const char *val, long min, long max,
 			v = -1;
 	}
 	if (v < min || v > max) {
+		char accepted[80];
+
 		snprintf(accepted, sizeof(accepted),
 			 "a whole number of milliseconds, %ld to %ld", min, max);
 		return bad_value(var, val, accepted);
