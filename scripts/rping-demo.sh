@@ -23,19 +23,9 @@ case "$count$size" in
 *[!0-9]*) echo "usage: $0 [COUNT [SIZE]]  (numbers)" >&2; exit 2 ;;
 esac
 
-missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
-		grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	sudo=()
-	[ "$(id -u)" -ne 0 ] && sudo=(sudo)
-	echo "== installing ${missing[*]}"
-	"${sudo[@]}" apt-get update -qq &&
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
-		--no-install-recommends "${missing[@]}" >/dev/null || exit 1
-fi
+# shellcheck source=apt-ensure.sh
+. "$top/scripts/apt-ensure.sh"
+apt_ensure "${packages[@]}" || exit 1
 
 echo "== building wisp in $build"
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

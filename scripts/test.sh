@@ -41,26 +41,9 @@ packages=(
 
 log() { printf '\n=== %s\n' "$*"; }
 
-install_deps() {
-	local missing=() sudo=()
-
-	for p in "${packages[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
-			grep -q "install ok installed" || missing+=("$p")
-	done
-	[ ${#missing[@]} -eq 0 ] && return 0
-	if [ "$(id -u)" -ne 0 ]; then
-		command -v sudo >/dev/null || {
-			echo "missing packages: ${missing[*]} (run as root or install sudo)" >&2
-			return 1
-		}
-		sudo=(sudo)
-	fi
-	log "installing ${missing[*]}"
-	"${sudo[@]}" apt-get update -qq &&
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
-		--no-install-recommends "${missing[@]}"
-}
+# shellcheck source=apt-ensure.sh
+. "$top/scripts/apt-ensure.sh"
+install_deps() { apt_ensure "${packages[@]}"; }
 
 passed=0
 failed=0

@@ -61,18 +61,9 @@ apt_update_once() {
 	"${sudo_cmd[@]}" apt-get update -qq >&2 || return 1
 	apt_updated=1
 }
-ensure_host_packages() {
-	local missing=() p
-	for p in "${host_packages[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
-			grep -q "install ok installed" || missing+=("$p")
-	done
-	[ ${#missing[@]} -eq 0 ] && return 0
-	log "installing ${missing[*]}"
-	apt_update_once
-	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
-		--no-install-recommends "${missing[@]}" >&2
-}
+# shellcheck source=../../scripts/apt-ensure.sh
+. "$here/../../scripts/apt-ensure.sh"
+ensure_host_packages() { apt_ensure "${host_packages[@]}"; }
 
 # ------------------------------------------------------ kernel version choice
 # Prints "KREL VERSION" (6.1.0-NN-amd64 6.1.x-y) for the newest NN whose
