@@ -137,7 +137,6 @@ struct rdmap_qp {
 	uint32_t ord_limit;
 	bool rtr_pending;         /* initiator: RTR still to send */
 	bool tx_hold;             /* responder: RTR not yet received */
-	bool nudge_on;            /* initiator: RTR answer awaited */
 	bool nudge_pending;       /* a zero-length Write is to go out */
 	uint8_t nudges;           /* sent so far */
 	int64_t nudge_at;         /* 0: not yet timed */
@@ -324,7 +323,6 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 	qp->rtr_pending = s->rtr == RDMAP_RTR_SEND_WRITE ||
 			  s->rtr == RDMAP_RTR_SEND_READ;
 	qp->tx_hold = s->rtr == RDMAP_RTR_EXPECT;
-	qp->nudge_on = qp->rtr_pending;
 	atomic_store(&qp->state, RDMAP_QP_RTS);
 	return 0;
 }
@@ -658,14 +656,14 @@ static int tx_rtr(struct rdmap_qp *qp)
 
 int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send)
 {
+	bool initiator = qp->s.rtr == RDMAP_RTR_SEND_WRITE ||
+			 qp->s.rtr == RDMAP_RTR_SEND_READ;
+
 	*send = false;
-	if (!qp->nudge_on)
+	/* nothing to wait for, the answer came, or given up */
+	if (!initiator || qp->rx_any || qp->nudges >= RDMAP_NUDGE_MAX ||
+	    rdmap_qp_state(qp) != RDMAP_QP_RTS)
 		return -1;
-	if (qp->rx_any || qp->nudges >= RDMAP_NUDGE_MAX ||
-	    rdmap_qp_state(qp) != RDMAP_QP_RTS) {
-		qp->nudge_on = false;
-		return -1;
-	}
 	if (!qp->nudge_at) {
 		qp->nudge_at = now_ms + RDMAP_NUDGE_FIRST_MS;
 		return qp->nudge_at;
