@@ -30,12 +30,11 @@ import struct
 import sys
 import time
 
-KEY_REQ = b"MPA ID Req Frame"
-KEY_REP = b"MPA ID Rep Frame"
+from mpa_wire import (KEY_REP, KEY_REQ, P2P_A, RTR_READ, RTR_WRITE,
+                      fpdu_rest_len, recv_exact, zero_read_request,
+                      zero_write)
+
 MPA_S = 0x10
-P2P_A = 0x8000
-RTR_WRITE = 0x8000  # C in the ORD word
-RTR_READ = 0x4000   # D in the ORD word
 
 
 def mpa_request(rtr):
@@ -45,49 +44,13 @@ def mpa_request(rtr):
     return KEY_REQ + struct.pack(">BBH", MPA_S, 2, len(pdata)) + pdata
 
 
-def fpdu(ulpdu):
-    """MPA FPDU: length, ULPDU, pad to 4, CRC word (zero: CRC not negotiated)."""
-    body = struct.pack(">H", len(ulpdu)) + ulpdu
-    body += b"\0" * (-len(body) % 4)
-    return body + b"\0\0\0\0"
-
-
-def zero_write():
-    # DDP tagged, last (0xC1); RDMAP v1 RDMA Write (0x40); STag 1, TO 0
-    return fpdu(struct.pack(">BBIQ", 0xC1, 0x40, 1, 0))
-
-
-def zero_read_request():
-    # DDP untagged, last (0x41); RDMAP v1 Read Request (0x41);
-    # reserved, QN 1, MSN 1, MO 0; sink STag/TO, size 0, source STag/TO
-    hdr = struct.pack(">BBIIII", 0x41, 0x41, 0, 1, 1, 0)
-    return fpdu(hdr + struct.pack(">IQIIQ", 1, 0, 0, 1, 0))
-
-
-def recv_exact(s, n, deadline):
-    b = b""
-    while len(b) < n:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        s.settimeout(left)
-        try:
-            c = s.recv(n - len(b))
-        except socket.timeout:
-            return None
-        if not c:
-            return None
-        b += c
-    return b
-
-
 def read_opcode(s, deadline):
     """Next FPDU's RDMAP opcode, or None on timeout / end of stream."""
     h = recv_exact(s, 2, deadline)
     if h is None:
         return None
     (ulen,) = struct.unpack(">H", h)
-    rest = recv_exact(s, ulen + (-(2 + ulen) % 4) + 4, deadline)
+    rest = recv_exact(s, fpdu_rest_len(ulen), deadline)
     if rest is None or ulen < 2:
         return None
     return rest[1] & 0x0F

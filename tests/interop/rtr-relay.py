@@ -31,28 +31,13 @@ import struct
 import sys
 import time
 
-KEY_REQ = b"MPA ID Req Frame"
-KEY_REP = b"MPA ID Rep Frame"
-F_MARKERS, F_CRC, F_REJECT, F_ENHANCED = 0x80, 0x40, 0x20, 0x10
-P2P_A = 0x8000
-RTR_READ = 0x4000   # D in the ORD word
+from mpa_wire import (F_CRC, F_ENHANCED, F_MARKERS, F_REJECT, KEY_REP,
+                      KEY_REQ, P2P_A, RTR_READ, fpdu_rest_len, recv_exact,
+                      zero_read_request)
 
-
-def recv_exact(s, n, deadline):
-    b = b""
-    while len(b) < n:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        s.settimeout(left)
-        try:
-            c = s.recv(n - len(b))
-        except socket.timeout:
-            return None
-        if not c:
-            return None
-        b += c
-    return b
+# wisp's RTR names STag 0x100 (rdmap_qp.c RTR_STAG): the relay's stand-in
+# must be the same message, octet for octet
+WISP_RTR_STAG = 0x100
 
 
 def read_frame(s, key, deadline):
@@ -76,20 +61,6 @@ def early_rtr_wanted(reply):
     return bool(ird & P2P_A) and bool(ord_ & RTR_READ)
 
 
-def fpdu(ulpdu):
-    """MPA FPDU without CRC: length, ULPDU, pad to 4, a zero CRC word."""
-    body = struct.pack(">H", len(ulpdu)) + ulpdu
-    body += b"\0" * (-len(body) % 4)
-    return body + b"\0\0\0\0"
-
-
-def read_rtr():
-    # DDP untagged, last, DV 1 (0x41); RDMAP RV 1 Read Request (0x41);
-    # reserved, QN 1, MSN 1, MO 0; sink STag / TO, size 0, source STag / TO
-    hdr = struct.pack(">BBIIII", 0x41, 0x41, 0, 1, 1, 0)
-    return fpdu(hdr + struct.pack(">IQIIQ", 0x100, 0, 0, 0x100, 0))
-
-
 class FpduScanner:
     """Splits a CRC-less, marker-less FPDU stream; yields (ddp, rdmap, len)."""
 
@@ -101,7 +72,7 @@ class FpduScanner:
         out = []
         while len(self.buf) >= 2:
             (ulen,) = struct.unpack(">H", self.buf[:2])
-            total = 2 + ulen + (-(2 + ulen) % 4) + 4
+            total = 2 + fpdu_rest_len(ulen)
             if len(self.buf) < total or ulen < 2:
                 break
             out.append((self.buf[2], self.buf[3], ulen))
@@ -142,7 +113,7 @@ def one(lsock, to_port, timeout_s):
         return "error: no MPA Reply from siw", 0, None, 0
     early = early_rtr_wanted(rep)
     if early:
-        s.sendall(read_rtr())
+        s.sendall(zero_read_request(WISP_RTR_STAG))
     t0 = time.monotonic()
     w.sendall(rep)
     if early:
@@ -152,7 +123,7 @@ def one(lsock, to_port, timeout_s):
             fin_close(w); fin_close(s)
             return "error: no RTR from wisp", 1, None, 0
         (ulen,) = struct.unpack(">H", h)
-        rest = recv_exact(w, ulen + (-(2 + ulen) % 4) + 4, deadline)
+        rest = recv_exact(w, fpdu_rest_len(ulen), deadline)
         if rest is None or ulen != 46 or rest[0] != 0x41 or rest[1] != 0x41 \
                 or struct.unpack(">I", rest[30:34])[0] != 0:
             fin_close(w); fin_close(s)
