@@ -11,9 +11,19 @@
  * into); the rest is the TCP byte stream after the MPA exchange.
  *
  * Checks (beyond ASan / UBSan): placement never writes outside the
- * registered buffers, whose guard zones stay untouched; the QP answers
- * with bounded output; every completion is well-formed.
+ * registered buffers: their guard zones are poisoned for ASan, so the
+ * first octet placed there stops the run at the writing instruction, and
+ * the guard pattern is checked once more at the end for builds without
+ * ASan. The QP answers with bounded output; every completion is
+ * well-formed.
+ *
+ * Speed: the harness itself is instrumented like the library, so a check
+ * run after every chunk (256 compares, each traced by libFuzzer) cost more
+ * than the QP it checked and held the target near 1,400 inputs/s. The
+ * poisoned guards catch a stray write as it happens, so the end check
+ * alone is enough.
  */
+#include <sanitizer/asan_interface.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define BUF     4096
 #define PD_ID   ((const void *)0x1)
 
-static uint8_t mem[2][GUARD + BUF + GUARD];
+static _Alignas(64) uint8_t mem[2][GUARD + BUF + GUARD];
 static int ncqe;
 
 static void on_complete(void *arg, const struct rdmap_cqe *c)
@@ -40,8 +50,23 @@ static void on_complete(void *arg, const struct rdmap_cqe *c)
 
 static const struct rdmap_qp_ops ops = { .complete = on_complete };
 
+/* Poison (or unpoison) both guard zones of both buffers. */
+static void guards(bool poison)
+{
+	for (int b = 0; b < 2; b++) {
+		if (poison) {
+			ASAN_POISON_MEMORY_REGION(mem[b], GUARD);
+			ASAN_POISON_MEMORY_REGION(mem[b] + GUARD + BUF, GUARD);
+		} else {
+			ASAN_UNPOISON_MEMORY_REGION(mem[b], GUARD);
+			ASAN_UNPOISON_MEMORY_REGION(mem[b] + GUARD + BUF, GUARD);
+		}
+	}
+}
+
 static void check_guards(void)
 {
+	guards(false);
 	for (int b = 0; b < 2; b++)
 		for (int i = 0; i < GUARD; i++)
 			if (mem[b][i] != 0xa5 || mem[b][GUARD + BUF + i] != 0xa5)
@@ -67,7 +92,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data++;
 	size--;
 
+	guards(false);          /* an earlier run may have left them on */
 	memset(mem, 0xa5, sizeof(mem));
+	guards(true);
 	if (rdmap_stag_table_init(&t, 16))
 		return 0;
 	/* Known STags (0x15a, 0x25a) so that seeds can name them. */
@@ -144,7 +171,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				bytes += tx[i].iov_len;
 			rdmap_qp_tx_done(qp, bytes);
 		}
-		check_guards();
 	}
 	rdmap_qp_stream_ended(qp, 0);
 	check_guards();
