@@ -48,19 +48,40 @@ install_deps() { apt_ensure "${packages[@]}"; }
 passed=0
 failed=0
 failures=()
+failed_logs=()
+nstep=0
 
-# step NAME COMMAND...: run a step, count it, keep going on failure.
+# step NAME COMMAND...: run a step, count it, keep going on failure. Its
+# output is kept in $build/steps/ so that the summary can name the cases
+# that failed in it.
 step() {
-	local name=$1
+	local name=$1 out
 	shift
+	nstep=$((nstep + 1))
+	out="$build/steps/$nstep.log"
 	log "$name"
-	if "$@"; then
+	# Not a pipeline: the step runs in this shell, so the counters that
+	# run_suites keeps survive it.
+	local rc=0
+	"$@" > >(tee "$out") 2>&1 || rc=$?
+	wait $! # the tee, so that its output comes before what follows
+	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 	else
 		failed=$((failed + 1))
 		failures+=("$name")
+		failed_logs+=("$out")
 		echo "FAILED: $name" >&2
 	fi
+}
+
+# The cases a failed step names: Criterion's and the program runners'
+# "[FAIL] suite::case", a ctest entry that died without one, and the
+# interop matrix's "FAIL <case>" lines.
+failed_cases() {
+	grep -hE '^\[FAIL\] |^FAIL  |^ctest FAILED: ' "$@" 2>/dev/null |
+		sed -E 's/^\[FAIL\] //; s/^FAIL +//; s/^ctest FAILED: //' |
+		awk '{print $1}' | sort -u | head -30
 }
 
 configure_build() {
@@ -90,6 +111,8 @@ run_suites() {
 	unit_failed=$((unit_failed + ${sums#* }))
 	if [ $rc -ne 0 ]; then
 		grep -E "\[FAIL\]|\[----\].*(Assertion|Unexpected|signal)|ERROR: |runtime error" "$log" | head -40
+		sed -n '/The following tests FAILED/,$p' "$log" |
+			sed -nE 's/^[[:space:]]*[0-9]+ - ([^ ]+).*/ctest FAILED: \1/p'
 	fi
 	return $rc
 }
@@ -143,6 +166,8 @@ if [ "${WISP_SKIP_DEPS:-0}" != 1 ]; then
 	install_deps || { echo "wisp: 0 passed, 1 failed"; exit 1; }
 fi
 mkdir -p "$build"
+rm -rf "$build/steps"
+mkdir -p "$build/steps"
 
 step "build (gcc, -Werror)" configure_build "$build/release" \
 	-DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -184,6 +209,9 @@ step "benchmark under ThreadSanitizer (no race may be reported)" \
 
 echo
 for f in "${failures[@]}"; do echo "failed step: $f"; done
+if [ ${#failed_logs[@]} -gt 0 ]; then
+	for c in $(failed_cases "${failed_logs[@]}"); do echo "failed case: $c"; done
+fi
 echo "unit tests: $unit_passed passed, $unit_failed failed (both builds)"
 echo "wisp: $((passed + unit_passed)) passed, $((failed + unit_failed)) failed"
 [ "$failed" -eq 0 ] && [ "$unit_failed" -eq 0 ]
