@@ -756,7 +756,8 @@ static void send_msg(struct pair *p, int from, struct traffic *t,
 	w->flags |= flags;
 	w->inv_stag = inv;
 	w->num_sge = (uint8_t)n;
-	memcpy(w->sge, sg, (size_t)n * sizeof(*sg));
+	if (n)
+		memcpy(w->sge, sg, (size_t)n * sizeof(*sg));
 	len = gather(s, sg, n, msg);
 	sq_post(s, w);
 	rq_post(r, id | 0x8000, nr, rs);
@@ -781,7 +782,8 @@ static void write_msg(struct pair *p, int from, struct traffic *t,
 	w->rkey = t->dst->mr.stag;
 	w->remote_addr = t->dst->mr.iova + dst_off;
 	w->num_sge = (uint8_t)n;
-	memcpy(w->sge, sg, (size_t)n * sizeof(*sg));
+	if (n)
+		memcpy(w->sge, sg, (size_t)n * sizeof(*sg));
 	len = gather(s, sg, n, msg);
 	sq_post(s, w);
 	placed(t->dst, dst_off, msg, len);
@@ -805,7 +807,8 @@ static void read_msg(struct pair *p, int from, struct traffic *t,
 	w->rkey = t->rsrc->mr.stag;
 	w->remote_addr = t->rsrc->mr.iova + src_off;
 	w->num_sge = (uint8_t)n;
-	memcpy(w->sge, sg, (size_t)n * sizeof(*sg));
+	if (n)
+		memcpy(w->sge, sg, (size_t)n * sizeof(*sg));
 	sq_post(s, w);
 	for (int i = 0; i < n; i++) {
 		placed(t->sink, sg[i].addr - t->sink->mr.iova, src + len,
