@@ -166,7 +166,7 @@ static void remote_fault(struct dp_pair *p, enum ibv_wr_opcode op,
 
 /*
  * One remote fault end to end: a WRITE past the end of an MR over TCP.
- * The Terminate (RFC 5041 7.1, DDP tagged "Base or bounds violation",
+ * The Terminate (RFC 5041 section 7, DDP tagged "Base or bounds violation",
  * 0x1101) reaches the requester's verbs completion as vendor_err, both
  * QPs raise IBV_EVENT_QP_FATAL and flush, and no octet moved. Every other
  * fault, and this one in every MPA mode, is in test_qp_selftalk.

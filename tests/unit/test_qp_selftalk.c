@@ -1528,72 +1528,77 @@ static void row_resp_stag(struct pair *p, const struct row *r)
  * section 4.8's.
  */
 static const struct row rows[] = {
-	/* RFC 5041 7.1, tagged 0x01 "Base or bounds violation" */
+	/* RFC 5041 sec. 7, tagged buffer 0x01 "Base or bounds violation" */
 	ROW("write_out_of_bounds", row_write_oob, B, 0x1101),
-	/* RFC 5040 7.1, remote protection 0x02 "Access rights violation":
-	 * DDP has no notion of rights, RDMAP checks them */
+	/* RFC 5040 sec. 7, remote protection 0x02 "Access rights
+	 * violation": DDP has no notion of rights, RDMAP checks them */
 	ROW("write_without_remote_write", row_write_no_rights, B, 0x0102),
-	/* RFC 5041 7.1, tagged 0x02 "STag not associated with DDP Stream"
-	 * (the stream's PD) */
+	/* RFC 5041 sec. 7, tagged buffer 0x02 "STag not associated with DDP
+	 * Stream" (the stream's PD) */
 	ROW("write_other_pd", row_write_other_pd, B, 0x1102),
-	/* RFC 5041 7.1, tagged 0x00 "Invalid STag" */
+	/* RFC 5041 sec. 7, tagged buffer 0x00 "Invalid STag" */
 	ROW("write_invalid_stag", row_write_bad_key, B, 0x1100),
-	/* RFC 5041 7.1, tagged 0x00 "Invalid STag": invalidated by an
-	 * earlier Send with Invalidate (RFC 5040 5.4) */
+	/* RFC 5041 sec. 7, tagged buffer 0x00 "Invalid STag": invalidated
+	 * by an earlier Send with Invalidate (RFC 5040 5.4) */
 	ROW("write_invalidated_stag", row_write_invalidated, B, 0x1100),
-	/* RFC 5040 7.1, remote protection 0x00 "Invalid STag"; RFC 5040
+	/* RFC 5040 sec. 7, remote protection 0x00 "Invalid STag"; RFC 5040
 	 * 4.8: a remote protection error on a Read Request quotes it (R) */
 	ROW("read_invalid_stag", row_read_bad_key, B, 0x0100,
 	    .rdma_hdr = true, .skip = TERM_IN_PIECES),
 	ROW("read_invalid_stag_whole", row_read_bad_key, B, 0x0100,
 	    .rdma_hdr = true, .whole_term_only = true),
-	/* RFC 5040 7.1, remote protection 0x02 "Access rights violation" */
+	/* RFC 5040 sec. 7, remote protection 0x02 "Access rights
+	 * violation" */
 	ROW("read_without_remote_read", row_read_no_rights, B, 0x0102,
 	    .rdma_hdr = true, .skip = TERM_IN_PIECES),
 	ROW("read_without_remote_read_whole", row_read_no_rights, B, 0x0102,
 	    .rdma_hdr = true, .whole_term_only = true),
-	/* RFC 5040 7.1, remote protection 0x01 "Base or bounds violation" */
+	/* RFC 5040 sec. 7, remote protection 0x01 "Base or bounds
+	 * violation" */
 	ROW("read_out_of_bounds", row_read_oob, B, 0x0101,
 	    .rdma_hdr = true, .skip = TERM_IN_PIECES),
 	ROW("read_out_of_bounds_whole", row_read_oob, B, 0x0101,
 	    .rdma_hdr = true, .whole_term_only = true),
-	/* RFC 5041 7.2, untagged 0x02 "Invalid MSN - no buffer available":
-	 * RDMA Read Requests travel on untagged queue 1 (RFC 5040 5) whose
-	 * buffers are the IRD slots; a request beyond IRD finds none */
+	/* RFC 5041 sec. 7, untagged buffer 0x02 "Invalid MSN - no buffer
+	 * available": RDMA Read Requests travel on untagged queue 1 (RFC
+	 * 5040 5) whose buffers are the IRD slots; one beyond IRD finds
+	 * none. RFC 5040 names no RDMAP code of its own for it. */
 	ROW("read_beyond_ird", row_read_beyond_ird, B, 0x1202, .b_ird = 1),
-	/* RFC 5041 7.2, untagged 0x03 "Invalid MSN - MSN range is not
-	 * valid" (MSNs arrive in order over MPA/TCP) */
+	/* RFC 5041 sec. 7, untagged buffer 0x03 "Invalid MSN - MSN range is
+	 * not valid" (MSNs arrive in order over MPA/TCP) */
 	ROW("msn_too_high", row_msn, B, 0x1203, .hook_val = 1),
 	ROW("msn_too_low", row_msn, B, 0x1203, .hook_val = (uint32_t)-1),
-	/* RFC 5040 7.2, remote operation 0x06 "Unexpected OpCode" */
+	/* RFC 5040 sec. 7, remote operation 0x06 "Unexpected OpCode" */
 	ROW("unknown_opcode", row_opcode, B, 0x0206, .hook_val = 0xf),
-	/* RFC 5041 7.2, untagged 0x06 "Invalid DDP version" */
+	/* RFC 5041 sec. 7, untagged buffer 0x06 "Invalid DDP version" */
 	ROW("bad_ddp_version_untagged", row_dv_untagged, B, 0x1206,
 	    .hook_val = RDMAP_OP_SEND),
-	/* RFC 5041 7.1, tagged 0x04 "Invalid DDP version" */
+	/* RFC 5041 sec. 7, tagged buffer 0x04 "Invalid DDP version" */
 	ROW("bad_ddp_version_tagged", row_dv_tagged, B, 0x1104,
 	    .hook_val = RDMAP_OP_WRITE),
-	/* RFC 5040 7.2, remote operation 0x05 "Invalid RDMAP version" */
+	/* RFC 5040 sec. 7, remote operation 0x05 "Invalid RDMAP version" */
 	ROW("bad_rdmap_version", row_rv, B, 0x0205),
-	/* RFC 5044 8, LLP 0x02 "CRC Error"; no header is quoted */
+	/* RFC 5044 sec. 8, LLP (MPA) 0x02 "CRC Error"; nothing quoted */
 	ROW("crc_bit_flip", row_crc, B, 0x2002, .crc_only = true),
-	/* RFC 5041 7.2, untagged 0x02 "Invalid MSN - no buffer available" */
+	/* RFC 5041 sec. 7, untagged buffer 0x02 "Invalid MSN - no buffer
+	 * available" */
 	ROW("send_without_receive", row_send_no_recv, B, 0x1202),
-	/* RFC 5041 7.2, untagged 0x05 "DDP Message too long for available
-	 * buffer" */
+	/* RFC 5041 sec. 7, untagged buffer 0x05 "DDP Message too long for
+	 * available buffer" */
 	ROW("send_longer_than_receive", row_send_too_long, B, 0x1205,
 	    .skip = RECV_NOT_LEN_ERR),
 	ROW("send_longer_than_receive_any_error", row_send_too_long, B,
 	    0x1205, .recv_any_error = true),
-	/* RFC 5041 7: no code names a segment shorter than its own header;
-	 * it is a DDP local catastrophic error (etype 0, code 0x00), and a
-	 * local catastrophic Terminate quotes no header (RFC 5040 4.8) */
+	/* RFC 5041 sec. 7 has no code for a segment shorter than its own
+	 * header: a DDP local catastrophic error (etype 0, code 0x00),
+	 * and a local catastrophic Terminate quotes no header (RFC 5040
+	 * 4.8) */
 	ROW("ulpdu_shorter_than_header", row_short_ulpdu, B, 0x1000),
-	/* RFC 5040 7.2, remote operation 0x06 "Unexpected OpCode": a Read
-	 * Response with no RDMA Read Request outstanding */
+	/* RFC 5040 sec. 7, remote operation 0x06 "Unexpected OpCode": a
+	 * Read Response with no RDMA Read Request outstanding */
 	ROW("read_response_unsolicited", row_resp_unsolicited, A, 0x0206),
-	/* RFC 5040 7.2, remote operation 0x06 "Unexpected OpCode": a Read
-	 * Response that does not answer the oldest outstanding Read
+	/* RFC 5040 sec. 7, remote operation 0x06 "Unexpected OpCode": a
+	 * Read Response that does not answer the oldest outstanding Read
 	 * Request (RFC 5040 5.3: responses come back in request order) */
 	ROW("read_response_wrong_stag", row_resp_stag, A, 0x0206),
 };
