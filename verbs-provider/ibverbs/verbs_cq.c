@@ -7,6 +7,11 @@
  * ibv_poll_cq reads under a consumer lock. Neither lock is contended on
  * the fast path, so polling costs no system call. A completion channel
  * is a semaphore eventfd: one read per CQ event.
+ *
+ * A CQ also lists the TCP streams whose completions it collects: a
+ * thread that finds it empty receives on them itself (tcp-glue's
+ * glue_conn_recv_now). The CQ knows the streams, not the QPs behind
+ * them, so nothing here calls into verbs_qp.c.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -16,6 +21,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "glue.h"
 #include "verbs_internal.h"
 
 struct wisp_channel {
@@ -144,7 +150,7 @@ static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
 	pthread_cond_init(&cq->base.cq.cond, NULL);
 	pthread_mutex_init(&cq->prod_lock, NULL);
 	pthread_mutex_init(&cq->cons_lock, NULL);
-	pthread_mutex_init(&cq->qps_lock, NULL);
+	pthread_mutex_init(&cq->conns_lock, NULL);
 	if (ch) {
 		pthread_mutex_lock(&to_wch(ch)->lock);
 		ch->refcnt++;
@@ -221,55 +227,68 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
 	}
 	pthread_mutex_destroy(&cq->prod_lock);
 	pthread_mutex_destroy(&cq->cons_lock);
-	pthread_mutex_destroy(&cq->qps_lock);
-	free(cq->qps);
+	pthread_mutex_destroy(&cq->conns_lock);
+	free(cq->conns);
 	free(cq->ring);
 	free(cq);
 	return 0;
 }
 
-int wisp_cq_add_qp(struct wisp_cq *cq, struct wisp_qp *qp)
+int wisp_cq_get(struct wisp_cq *cq)
 {
 	int ret = 0;
 
-	pthread_mutex_lock(&cq->qps_lock);
-	if (cq->nqps == cq->qps_cap) {
-		int cap = cq->qps_cap ? 2 * cq->qps_cap : 4;
-		struct wisp_qp **n = realloc(cq->qps, (size_t)cap * sizeof(*n));
+	pthread_mutex_lock(&cq->conns_lock);
+	if (atomic_load(&cq->users) == cq->conns_cap) {
+		int cap = cq->conns_cap ? 2 * cq->conns_cap : 4;
+		struct glue_conn **n = realloc(cq->conns,
+					       (size_t)cap * sizeof(*n));
 
 		if (!n) {
 			ret = ENOMEM;
 			goto out;
 		}
-		cq->qps = n;
-		cq->qps_cap = cap;
+		cq->conns = n;
+		cq->conns_cap = cap;
 	}
-	cq->qps[cq->nqps++] = qp;
+	atomic_fetch_add(&cq->users, 1);
 out:
-	pthread_mutex_unlock(&cq->qps_lock);
+	pthread_mutex_unlock(&cq->conns_lock);
 	return ret;
 }
 
-void wisp_cq_del_qp(struct wisp_cq *cq, const struct wisp_qp *qp)
+void wisp_cq_put(struct wisp_cq *cq)
 {
-	pthread_mutex_lock(&cq->qps_lock);
-	for (int i = 0; i < cq->nqps; i++) {
-		if (cq->qps[i] == qp) {
-			cq->qps[i] = cq->qps[--cq->nqps];
+	atomic_fetch_sub(&cq->users, 1);
+}
+
+void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c)
+{
+	int n;
+
+	pthread_mutex_lock(&cq->conns_lock);
+	n = atomic_load(&cq->nconns);
+	cq->conns[n] = c;
+	atomic_store(&cq->nconns, n + 1);
+	pthread_mutex_unlock(&cq->conns_lock);
+}
+
+void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c)
+{
+	int n;
+
+	/* A poller receives on the list under conns_lock: once we hold
+	 * it, none is using c. */
+	pthread_mutex_lock(&cq->conns_lock);
+	n = atomic_load(&cq->nconns);
+	for (int i = 0; i < n; i++) {
+		if (cq->conns[i] == c) {
+			cq->conns[i] = cq->conns[n - 1];
+			atomic_store(&cq->nconns, n - 1);
 			break;
 		}
 	}
-	pthread_mutex_unlock(&cq->qps_lock);
-}
-
-void wisp_cq_lock_qps(struct wisp_cq *cq)
-{
-	pthread_mutex_lock(&cq->qps_lock);
-}
-
-void wisp_cq_unlock_qps(struct wisp_cq *cq)
-{
-	pthread_mutex_unlock(&cq->qps_lock);
+	pthread_mutex_unlock(&cq->conns_lock);
 }
 
 static int cq_take(struct wisp_cq *cq, int num_entries, struct ibv_wc *wc)
@@ -306,11 +325,12 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	 * message's latency. Not when the CQ is armed: that thread is
 	 * about to sleep on the channel and the engine must keep going.
 	 * Another poller at it: skip. */
-	if (cq->nqps && atomic_load(&cq->armed) == CQ_DISARMED &&
-	    !pthread_mutex_trylock(&cq->qps_lock)) {
-		for (int i = 0; i < cq->nqps; i++)
-			wisp_qp_progress(cq->qps[i]);
-		pthread_mutex_unlock(&cq->qps_lock);
+	if (atomic_load(&cq->nconns) &&
+	    atomic_load(&cq->armed) == CQ_DISARMED &&
+	    !pthread_mutex_trylock(&cq->conns_lock)) {
+		for (int i = 0; i < atomic_load(&cq->nconns); i++)
+			glue_conn_recv_now(cq->conns[i]);
+		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	return cq_empty(cq) ? 0 : cq_take(cq, num_entries, wc);
 }
@@ -323,11 +343,11 @@ int wisp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		return EINVAL;
 	/* Whoever polled this CQ's QPs' sockets now waits for an event:
 	 * hand them back to the engine. */
-	if (cq->nqps) {
-		pthread_mutex_lock(&cq->qps_lock);
-		for (int i = 0; i < cq->nqps; i++)
-			wisp_qp_release(cq->qps[i]);
-		pthread_mutex_unlock(&cq->qps_lock);
+	if (atomic_load(&cq->nconns)) {
+		pthread_mutex_lock(&cq->conns_lock);
+		for (int i = 0; i < atomic_load(&cq->nconns); i++)
+			glue_conn_release(cq->conns[i]);
+		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	/* Arming "any" over "solicited" widens it; never narrow it. */
 	if (solicited_only) {
