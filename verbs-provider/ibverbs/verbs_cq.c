@@ -24,10 +24,18 @@
 #include "glue.h"
 #include "verbs_internal.h"
 
+/*
+ * The CQs with events not yet read, oldest first, each on the list once
+ * with its count (ev_pending): a CQ may fire again before its event is
+ * read (armed again, then a new completion) and must not be linked
+ * twice. ibv_get_cq_event takes one event of the head CQ and, if it has
+ * more, moves it to the tail, so the events of several CQs come out
+ * interleaved, as the kernel's per-event list gives them.
+ */
 struct wisp_channel {
 	struct ibv_comp_channel base;
 	pthread_mutex_t lock;
-	struct wisp_cq *head, *tail;  /* CQs with an event not yet read */
+	struct wisp_cq *head, *tail;
 };
 
 static struct wisp_channel *to_wch(struct ibv_comp_channel *ch)
@@ -70,6 +78,31 @@ int wisp_destroy_comp_channel(struct ibv_comp_channel *ibch)
 	return 0;
 }
 
+/* Append cq to ch's list; ch->lock held, cq not on it. */
+static void ch_append(struct wisp_channel *ch, struct wisp_cq *cq)
+{
+	cq->ev_next = NULL;
+	if (ch->tail)
+		ch->tail->ev_next = cq;
+	else
+		ch->head = cq;
+	ch->tail = cq;
+}
+
+/* Take the head CQ off ch's list; ch->lock held. */
+static struct wisp_cq *ch_pop(struct wisp_channel *ch)
+{
+	struct wisp_cq *cq = ch->head;
+
+	if (cq) {
+		ch->head = cq->ev_next;
+		if (!ch->head)
+			ch->tail = NULL;
+		cq->ev_next = NULL;
+	}
+	return cq;
+}
+
 /* Raise the CQ's event on its channel (any thread). */
 static void cq_event(struct wisp_cq *cq)
 {
@@ -80,13 +113,8 @@ static void cq_event(struct wisp_cq *cq)
 		return;
 	ch = to_wch(cq->base.cq.channel);
 	pthread_mutex_lock(&ch->lock);
-	cq->ev_next = NULL;
-	if (ch->tail)
-		ch->tail->ev_next = cq;
-	else
-		ch->head = cq;
-	ch->tail = cq;
-	cq->events_reported++;
+	if (!cq->ev_pending++)
+		ch_append(ch, cq);
 	pthread_mutex_unlock(&ch->lock);
 	if (write(ch->base.fd, &one, sizeof(one)) < 0) {
 		/* cannot fail short of counter overflow */
@@ -203,25 +231,28 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
 		return EBUSY;     /* QPs still use it, as rdma-core says */
 	if (ibcq->channel) {
 		struct wisp_channel *ch = to_wch(ibcq->channel);
-		struct wisp_cq **pp;
+		struct wisp_cq *c, *prev = NULL;
 
 		pthread_mutex_lock(&ch->lock);
-		/* Drop events not yet read, as the kernel does. */
-		for (pp = &ch->head; *pp;) {
-			if (*pp == cq) {
-				uint64_t v;
-
-				*pp = cq->ev_next;
-				if (read(ch->base.fd, &v, sizeof(v)) < 0) {
-					/* the count was already taken */
-				}
-				continue;
-			}
-			pp = &(*pp)->ev_next;
+		/* Drop events not yet read, as the kernel does: off the
+		 * list, and one count of the eventfd each. */
+		for (c = ch->head; c && c != cq; c = c->ev_next)
+			prev = c;
+		if (c) {
+			if (prev)
+				prev->ev_next = c->ev_next;
+			else
+				ch->head = c->ev_next;
+			if (ch->tail == c)
+				ch->tail = prev;
 		}
-		ch->tail = NULL;
-		for (struct wisp_cq *c = ch->head; c; c = c->ev_next)
-			ch->tail = c;
+		for (; cq->ev_pending; cq->ev_pending--) {
+			uint64_t v;
+
+			if (read(ch->base.fd, &v, sizeof(v)) < 0) {
+				/* the count was already taken */
+			}
+		}
 		ibcq->channel->refcnt--;
 		pthread_mutex_unlock(&ch->lock);
 	}
@@ -373,12 +404,9 @@ int wisp_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **out,
 	if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
 		return -1;
 	pthread_mutex_lock(&ch->lock);
-	cq = ch->head;
-	if (cq) {
-		ch->head = cq->ev_next;
-		if (!ch->head)
-			ch->tail = NULL;
-	}
+	cq = ch_pop(ch);
+	if (cq && --cq->ev_pending)
+		ch_append(ch, cq);    /* its next event, after the others' */
 	pthread_mutex_unlock(&ch->lock);
 	if (!cq) {
 		errno = EAGAIN;

@@ -46,8 +46,11 @@ struct wisp_cq {
 	atomic_int armed;
 	atomic_bool overrun;
 	atomic_int users;         /* QPs using it */
-	struct wisp_cq *ev_next;  /* on its channel's event list */
-	uint32_t events_reported;
+	/* Channel events raised and not yet read, under the channel's
+	 * lock: while there are any, the CQ is on the channel's list,
+	 * once, however many. */
+	uint32_t ev_pending;
+	struct wisp_cq *ev_next;
 	struct ibv_wc cur;        /* the extended CQ's current entry */
 	/* The streams completing here, which a poller may receive on
 	 * itself. The array has room for one per user, so adding never
