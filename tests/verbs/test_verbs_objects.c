@@ -178,3 +178,28 @@ Test(verbs_objects, channel_destroy_cq_drops_its_events, .timeout = 20)
 	cr_assert_eq(ibv_destroy_cq(b), 0);
 	cr_assert_eq(ibv_destroy_comp_channel(ch), 0);
 }
+
+/*
+ * ibv_destroy_srq of an SRQ that a QP still uses fails with EBUSY, as
+ * rdma-core's kernel path does (and wisp already did for CQs); before the
+ * fix it freed the SRQ under the QP.
+ */
+Test(verbs_objects, destroy_srq_in_use_is_busy)
+{
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_srq *srq;
+	struct ibv_qp *q1, *q2;
+
+	cr_assert_not_null(cq);
+	srq = ibv_create_srq(pd, &sa);
+	cr_assert_not_null(srq, "create_srq: %s", strerror(errno));
+	q1 = error_qp(cq, srq);
+	q2 = error_qp(cq, srq);
+	cr_assert_eq(ibv_destroy_srq(srq), EBUSY, "two QPs use it");
+	cr_assert_eq(ibv_destroy_qp(q1), 0);
+	cr_assert_eq(ibv_destroy_srq(srq), EBUSY, "one QP uses it");
+	cr_assert_eq(ibv_destroy_qp(q2), 0);
+	cr_assert_eq(ibv_destroy_srq(srq), 0, "no QP uses it any more");
+	cr_assert_eq(ibv_destroy_cq(cq), 0);
+}

@@ -88,6 +88,7 @@ struct wisp_srq {
 	struct rdmap_recv_wr *ring;
 	uint32_t size, head, tail;
 	uint32_t max_wr, max_sge, limit;
+	atomic_int users;         /* QPs using it */
 };
 
 static inline struct wisp_srq *to_wsrq(struct ibv_srq *srq)

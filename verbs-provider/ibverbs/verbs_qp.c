@@ -257,6 +257,8 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 		wisp_cq_put(qp->scq);
 		goto err_core;
 	}
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->users, 1);
 	qp->base.qp.context = ctx;
 	qp->base.qp.qp_context = attr->qp_context;
 	qp->base.qp.pd = pd;
@@ -485,6 +487,8 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 	wisp_pd_put(ibqp->pd);
 	wisp_cq_put(qp->scq);
 	wisp_cq_put(qp->rcq);
+	if (qp->srq)
+		atomic_fetch_sub(&qp->srq->users, 1);
 	pthread_cond_destroy(&qp->stream.end_cond);
 	pthread_mutex_destroy(&qp->stream.end_lock);
 	pthread_mutex_destroy(&qp->core_lock);

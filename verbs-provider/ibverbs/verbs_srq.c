@@ -138,6 +138,10 @@ int wisp_destroy_srq(struct ibv_srq *ibsrq)
 	if (!ibsrq)
 		return EINVAL;
 	srq = to_wsrq(ibsrq);
+	/* QPs still pop from it: rdma-core's kernel path refuses, as for
+	 * a CQ in use. */
+	if (atomic_load(&srq->users))
+		return EBUSY;
 	wisp_pd_put(ibsrq->pd);
 	pthread_mutex_destroy(&srq->lock);
 	pthread_cond_destroy(&ibsrq->cond);
