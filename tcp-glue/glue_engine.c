@@ -265,13 +265,16 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
 		ssize_t r;
+		int err, done;
 
 		c->rx_msg.msg_iov = c->rx_iov;
 		c->rx_msg.msg_iovlen = (size_t)n;
 		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+		err = errno;
+		/* Always, so that the owner knows the copy is over. */
+		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
+		errno = err;
 		if (r > 0) {
-			int done = c->ops->rx_done(c->arg, (size_t)r);
-
 			*got = true;
 			if (done & GLUE_RX_CLOSE)
 				atomic_store(&c->close_req, true);

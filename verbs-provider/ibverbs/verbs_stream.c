@@ -21,24 +21,32 @@
 /* The stream, seen from the engine                                   */
 /* ------------------------------------------------------------------ */
 
+/*
+ * The core stays locked from rx_want to rx_done, across the recvmsg
+ * between them (glue.h promises the pair, on one thread). The iovecs
+ * may point into a posted receive buffer or a tagged MR: while the
+ * kernel copies into them, no other thread may complete that receive
+ * (a flush: a send failing on a posting thread, a disconnect on the
+ * engine) or drop the MR references that keep ibv_dereg_mr waiting, or
+ * the application could reuse memory the kernel is still writing. Every
+ * path that does takes the core lock, so none can run inside the copy.
+ * The price: a tx_fill on another thread waits for one recvmsg.
+ */
 static int s_rx_want(void *arg, struct iovec *iov, int cap)
 {
 	struct wisp_qp *qp = arg;
-	int ret;
 
 	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_rx_want(qp->core, iov, cap);
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
+	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
-	int ret;
+	int ret = 0;
 
-	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_rx_done(qp->core, n);
+	if (n)
+		ret = rdmap_qp_rx_done(qp->core, n);
 	pthread_mutex_unlock(&qp->core_lock);
 	return ret;
 }
