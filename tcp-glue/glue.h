@@ -33,7 +33,12 @@ struct glue_conn;
 struct glue_conn_ops {
 	/* Where the next octets go: fill iov[0..cap), return the count (>= 1). */
 	int (*rx_want)(void *arg, struct iovec *iov, int cap);
-	/* n > 0 octets arrived there. Return a set of GLUE_RX_*. */
+	/* n octets arrived there; n is 0 when the receive brought nothing
+	 * (EAGAIN, EINTR, the end of the stream, an error). Each rx_want is
+	 * followed by exactly one rx_done on the same thread once the
+	 * kernel has stopped writing to those iovecs, so the owner may keep
+	 * its destination locked from one to the other. Return a set of
+	 * GLUE_RX_* (0 when n is 0). */
 	int (*rx_done)(void *arg, size_t n);
 	/* What to send now: fill iov[0..cap), return the count, 0 for none. */
 	int (*tx_fill)(void *arg, struct iovec *iov, int cap);

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,69 @@
 #include <unistd.h>
 
 static _Thread_local const struct glue_engine *tls_engine;
+
+/* ------------------------------------------------------------------ */
+/* Logging and the connection state                                  */
+/* ------------------------------------------------------------------ */
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static bool log_debug;
+
+/* WISP_LOG as librdmacm reads it; the engine has only debug lines. */
+static void log_init(void)
+{
+	const char *v = getenv("WISP_LOG");
+
+	log_debug = v && !strcmp(v, "debug");
+}
+
+static void glue_debug(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+static void glue_debug(const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+
+	pthread_once(&log_once, log_init);
+	if (!log_debug)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "wisp glue debug: %s\n", line);
+}
+
+static const char *const conn_state_names[] = {
+	[GLUE_CONN_OPEN] = "open",
+	[GLUE_CONN_CLOSING] = "closing",
+	[GLUE_CONN_SHUT_WR] = "shut-wr",
+	[GLUE_CONN_ABORTING] = "aborting",
+	[GLUE_CONN_GONE] = "gone",
+};
+_Static_assert(sizeof(conn_state_names) / sizeof(conn_state_names[0]) ==
+	       GLUE_CONN__COUNT, "a name for every connection state");
+
+static enum glue_conn_state conn_state(const struct glue_conn *c)
+{
+	return atomic_load(&c->state);
+}
+
+/* Aborting or gone: no more I/O on the socket from any thread. */
+static bool conn_stopped(const struct glue_conn *c)
+{
+	return conn_state(c) >= GLUE_CONN_ABORTING;
+}
+
+/* The one place the state changes (engine thread). */
+static void conn_set_state(struct glue_conn *c, enum glue_conn_state s)
+{
+	enum glue_conn_state old = conn_state(c);
+
+	atomic_store(&c->state, s);
+	glue_debug("conn %p fd %d: %s -> %s (reason %d)", (void *)c, c->fd,
+		   conn_state_names[old], conn_state_names[s], c->reason);
+}
 
 static int64_t now_ms(void)
 {
@@ -112,12 +176,11 @@ static void run_commands(struct glue_engine *e)
 /* Shut the socket down so that operations in flight complete. */
 static void conn_abort(struct glue_conn *c, int reason)
 {
-	if (c->aborting)
+	if (conn_stopped(c))
 		return;
-	c->aborting = true;
-	atomic_store(&c->stopped, true);
 	if (!c->reason)
 		c->reason = reason;
+	conn_set_state(c, GLUE_CONN_ABORTING);
 	shutdown(c->fd, SHUT_RDWR);
 }
 
@@ -136,16 +199,25 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	close(c->fd);
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
+	conn_set_state(c, GLUE_CONN_GONE);
 	c->fd = -1;
-	c->gone = true;
 	pthread_mutex_unlock(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
 	c->ops->ended(c->arg, c->reason);
 }
 
+/* An open connection starts its graceful close (engine thread). */
+static void conn_start_close(struct glue_conn *c)
+{
+	if (conn_state(c) != GLUE_CONN_OPEN)
+		return;
+	c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
+	conn_set_state(c, GLUE_CONN_CLOSING);
+}
+
 void glue_conn_close(struct glue_conn *c, int reason, bool graceful)
 {
-	if (c->gone || c->aborting)
+	if (conn_stopped(c))
 		return;
 	if (!c->reason)
 		c->reason = reason;
@@ -153,10 +225,7 @@ void glue_conn_close(struct glue_conn *c, int reason, bool graceful)
 		conn_abort(c, reason);
 		return;
 	}
-	if (!c->closing) {
-		c->closing = true;
-		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
-	}
+	conn_start_close(c);
 }
 
 void glue_conn_free(struct glue_conn *c)
@@ -196,13 +265,16 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
 		ssize_t r;
+		int err, done;
 
 		c->rx_msg.msg_iov = c->rx_iov;
 		c->rx_msg.msg_iovlen = (size_t)n;
 		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+		err = errno;
+		/* Always, so that the owner knows the copy is over. */
+		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
+		errno = err;
 		if (r > 0) {
-			int done = c->ops->rx_done(c->arg, (size_t)r);
-
 			*got = true;
 			if (done & GLUE_RX_CLOSE)
 				atomic_store(&c->close_req, true);
@@ -228,12 +300,12 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	bool got = false;
 	int r;
 
-	if (atomic_load(&c->stopped))
+	if (conn_stopped(c))
 		return false;
 	atomic_store_explicit(&c->app_rx_ms, now_ms(), memory_order_relaxed);
 	if (pthread_mutex_trylock(&c->rx_lock))
 		return false;
-	if (c->gone || atomic_load(&c->stopped)) {
+	if (conn_stopped(c)) {
 		pthread_mutex_unlock(&c->rx_lock);
 		return false;
 	}
@@ -256,7 +328,7 @@ void glue_tx_result(struct glue_conn *c, long res)
 
 	pthread_mutex_lock(&c->tx_lock);
 	c->tx_busy = false;
-	if (c->aborting || c->gone)
+	if (conn_stopped(c))
 		goto out;
 	if (res < 0) {
 		if (res == -EAGAIN || res == -EINTR)
@@ -267,10 +339,8 @@ void glue_tx_result(struct glue_conn *c, long res)
 	}
 	atomic_store(&c->tx_more, true);
 	close = c->ops->tx_done(c->arg, (size_t)res);
-	if (close && !c->closing) {
-		c->closing = true;
-		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
-	}
+	if (close)
+		conn_start_close(c);
 out:
 	pthread_mutex_unlock(&c->tx_lock);
 }
@@ -284,7 +354,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 	/* Busy: the engine is at it and will see the kick. */
 	if (pthread_mutex_trylock(&c->tx_lock))
 		return false;
-	if (c->tx_busy || c->gone || atomic_load(&c->stopped) || c->closing)
+	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
 	niov = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
 	if (niov <= 0)
@@ -315,11 +385,9 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	bool got = false;
 	int r, end;
 
-	if (atomic_exchange(&c->close_req, false) && !c->closing) {
-		c->closing = true;
-		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
-	}
-	if (c->aborting || c->gone)
+	if (atomic_exchange(&c->close_req, false))
+		conn_start_close(c);
+	if (conn_stopped(c))
 		return;
 	/* A polling thread may have met the end of the stream: act on it
 	 * whoever saw it, even while that thread keeps polling. */
@@ -343,15 +411,12 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	}
 	r = rx_drain(c, 16, &got);
 	pthread_mutex_unlock(&c->rx_lock);
-	if (atomic_exchange(&c->close_req, false) && !c->closing) {
-		c->closing = true;
-		c->deadline_ms = now_ms() + GLUE_CLOSE_DEADLINE_MS;
-	}
+	if (atomic_exchange(&c->close_req, false))
+		conn_start_close(c);
 	end = atomic_load(&c->rx_end);
 	if (r < 0 || end) {
 ended:
-		if (end == -1)
-			c->rx_eof = true;
+		/* -1: the peer closed its side, an orderly end. */
 		conn_abort(c, end == -1 ? 0 : end);
 		return;
 	}
@@ -368,8 +433,7 @@ arm:
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
 	pthread_mutex_lock(&c->tx_lock);
-	for (int i = 0; i < 16 && !c->tx_busy && !c->aborting && !c->gone;
-	     i++) {
+	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
 
 		if (!atomic_exchange(&c->tx_more, false) &&
@@ -385,9 +449,8 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		e->be->start_tx(e, c);
 	}
 	/* A graceful close half-closes once everything queued is out. */
-	if (c->closing && !c->shut_wr && !c->tx_busy && !c->aborting &&
-	    !c->gone) {
-		c->shut_wr = true;
+	if (conn_state(c) == GLUE_CONN_CLOSING && !c->tx_busy) {
+		conn_set_state(c, GLUE_CONN_SHUT_WR);
 		shutdown(c->fd, SHUT_WR);
 	}
 	pthread_mutex_unlock(&c->tx_lock);
@@ -412,8 +475,7 @@ static int pump_all(struct glue_engine *e)
 	e->recheck = false;
 	for (c = e->conns; c; c = next) {
 		next = c->next;
-		if (c->timer_at >= 0 && !c->gone && !c->aborting &&
-		    !c->closing) {
+		if (c->timer_at >= 0 && conn_state(c) == GLUE_CONN_OPEN) {
 			if (!now)
 				now = now_ms();
 			if (now >= c->timer_at)
@@ -422,18 +484,19 @@ static int pump_all(struct glue_engine *e)
 			    (soonest < 0 || c->timer_at < soonest))
 				soonest = c->timer_at;
 		}
-		if (!c->gone) {
+		if (conn_state(c) != GLUE_CONN_GONE) {
 			pump_tx(e, c);
 			pump_rx(e, c);
 			pump_tx(e, c);
 			/* The pump stops after a bounded number of operations
 			 * that completed at once (epoll): come back before
 			 * sleeping, as edge-triggered readiness will not. */
-			if (!c->aborting && atomic_load(&c->tx_more) &&
+			if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
 			    !c->tx_busy)
 				atomic_store(&e->pending, true);
 		}
-		if (c->closing && !c->aborting && !c->gone) {
+		if (conn_state(c) == GLUE_CONN_CLOSING ||
+		    conn_state(c) == GLUE_CONN_SHUT_WR) {
 			if (!now)
 				now = now_ms();
 			if (now >= c->deadline_ms)
@@ -441,7 +504,8 @@ static int pump_all(struct glue_engine *e)
 			else if (soonest < 0 || c->deadline_ms < soonest)
 				soonest = c->deadline_ms;
 		}
-		if (c->aborting && !c->gone && !c->rx_op && !c->tx_busy)
+		if (conn_state(c) == GLUE_CONN_ABORTING && !c->rx_op &&
+		    !c->tx_busy)
 			conn_finish(e, c);   /* c may be freed from here on */
 	}
 	if (e->recheck && (soonest < 0 || soonest - now > GLUE_APP_POLL_MS))
@@ -616,7 +680,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_more, false);
 	atomic_init(&c->close_req, false);
 	atomic_init(&c->rx_end, 0);
-	atomic_init(&c->stopped, false);
+	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{

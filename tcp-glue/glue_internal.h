@@ -17,6 +17,23 @@
  * stays off its socket. */
 #define GLUE_APP_POLL_MS 2
 
+/*
+ * The life of a connection. It only moves down this list, on the engine
+ * thread, through conn_set_state() (glue_engine.c), which logs each move
+ * when WISP_LOG=debug. Other threads read it to stay off a connection
+ * that is going away.
+ */
+enum glue_conn_state {
+	GLUE_CONN_OPEN,           /* octets move both ways */
+	GLUE_CONN_CLOSING,        /* graceful close: sending what is queued */
+	GLUE_CONN_SHUT_WR,        /* half-closed: reading until the peer
+				   * closes or the close deadline passes */
+	GLUE_CONN_ABORTING,       /* socket shut down: waiting for the
+				   * operations in flight; no direct I/O */
+	GLUE_CONN_GONE,           /* closed; ended() has run */
+	GLUE_CONN__COUNT
+};
+
 struct glue_conn {
 	struct glue_engine *e;
 	struct glue_conn *next, *prev;
@@ -24,14 +41,16 @@ struct glue_conn {
 	const struct glue_conn_ops *ops;
 	void *arg;
 
-	atomic_bool kicked;
+	_Atomic(enum glue_conn_state) state;
+	/* Operations in flight, whatever the state (engine thread). */
 	bool tx_busy;             /* a send is in flight / waiting */
 	bool rx_armed;            /* waiting for readability */
 	bool rx_op;               /* io_uring: a poll op references c */
+	/* Requests from other threads, taken by the engine. */
+	atomic_bool kicked;
 	atomic_bool rx_more;      /* another thread asks for a drain */
 	atomic_bool close_req;    /* the owner asked for a graceful close */
 	atomic_int rx_end;        /* 0, -1 end of stream, or an errno */
-	atomic_bool stopped;      /* aborting or gone: no more direct I/O */
 	_Atomic int64_t app_rx_ms; /* last glue_conn_recv_now() call */
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
@@ -41,11 +60,6 @@ struct glue_conn {
 	 * by a posting thread that sends directly (glue_conn_send_now).
 	 * Recursive: epoll completes a send inside start_tx. */
 	pthread_mutex_t tx_lock;
-	bool rx_eof;
-	bool closing;             /* graceful close under way */
-	bool shut_wr;
-	bool aborting;            /* socket shut down, waiting for ops */
-	bool gone;                /* ended() has run */
 	int reason;
 	int64_t deadline_ms;
 	int64_t timer_at;         /* ops->timer: 0 at once, -1 never */
@@ -56,7 +70,6 @@ struct glue_conn {
 	struct msghdr rx_msg, tx_msg;
 	struct iovec rx_iov[GLUE_RX_IOV];
 	struct iovec tx_iov[GLUE_TX_IOV];
-
 };
 
 struct glue_backend {

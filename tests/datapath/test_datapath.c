@@ -4,6 +4,13 @@
  * over TCP loopback, through wisp's libibverbs. ctest runs this suite
  * once per engine (WISP_ENGINE=uring and =epoll).
  */
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <stdatomic.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
 #include "dp_util.h"
 #include "../unit/test_util.h"
 
@@ -582,4 +589,264 @@ Test(datapath, sq_refill_on_completion, .timeout = 60)
 	free(src);
 	free(dst);
 	dp_teardown(&p, &o);
+}
+
+/* ------------------------------------------------------------------ */
+/* A receive flushed while the kernel is copying into it              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * userfaultfd holds the kernel's copy into a receive buffer for as long
+ * as the test wants: the buffer's pages are missing, and the first write
+ * to them (recvmsg's copy) waits until the handler thread supplies them.
+ */
+struct uffd_pause {
+	int fd;
+	long page;
+	atomic_bool faulted;      /* a copy is waiting on a missing page */
+	atomic_bool release;      /* supply the pages from now on */
+	atomic_bool stop;
+	pthread_t th;
+};
+
+static void *uffd_main(void *arg)
+{
+	struct uffd_pause *u = arg;
+
+	while (!atomic_load(&u->stop)) {
+		struct pollfd pfd = { .fd = u->fd, .events = POLLIN };
+		struct uffd_msg msg;
+		struct uffdio_zeropage zp = { 0 };
+
+		if (poll(&pfd, 1, 10) != 1 ||
+		    read(u->fd, &msg, sizeof(msg)) != sizeof(msg) ||
+		    msg.event != UFFD_EVENT_PAGEFAULT)
+			continue;
+		atomic_store(&u->faulted, true);
+		while (!atomic_load(&u->release))
+			usleep(1000);
+		zp.range.start = msg.arg.pagefault.address &
+				 ~(uint64_t)(u->page - 1);
+		zp.range.len = (uint64_t)u->page;
+		ioctl(u->fd, UFFDIO_ZEROPAGE, &zp);
+	}
+	return NULL;
+}
+
+/* Missing pages at [buf, buf + len) whose first write waits; false if
+ * userfaultfd is not available to this process. */
+static bool uffd_pause_start(struct uffd_pause *u, void *buf, size_t len)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)buf, .len = len },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+
+	memset(u, 0, sizeof(*u));
+	u->page = sysconf(_SC_PAGESIZE);
+	u->fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (u->fd < 0)
+		return false;
+	if (ioctl(u->fd, UFFDIO_API, &api) || ioctl(u->fd, UFFDIO_REGISTER, &reg)) {
+		close(u->fd);
+		return false;
+	}
+	cr_assert_eq(pthread_create(&u->th, NULL, uffd_main, u), 0);
+	return true;
+}
+
+static void uffd_pause_stop(struct uffd_pause *u)
+{
+	atomic_store(&u->release, true);
+	atomic_store(&u->stop, true);
+	pthread_join(u->th, NULL);
+	close(u->fd);
+}
+
+/* Polls b's receive CQ until told to stop: the thread that receives on
+ * the socket itself (glue_conn_recv_now), or that leaves it to the
+ * engine; either way the copy waits on the missing page. */
+struct rx_poller {
+	struct ibv_cq *cq;
+	atomic_bool stop;
+	atomic_int n;
+	struct ibv_wc wc[4];
+	pthread_t th;
+};
+
+static void *rx_poll_main(void *arg)
+{
+	struct rx_poller *r = arg;
+
+	while (!atomic_load(&r->stop)) {
+		struct ibv_wc wc;
+
+		if (ibv_poll_cq(r->cq, 1, &wc) == 1 && atomic_load(&r->n) < 4) {
+			r->wc[atomic_load(&r->n)] = wc;
+			atomic_fetch_add(&r->n, 1);
+		}
+	}
+	return NULL;
+}
+
+enum flush_by { FLUSH_BY_BAD_SEND, FLUSH_BY_DISCONNECT };
+
+struct flusher {
+	struct ibv_qp *qp;
+	enum flush_by how;
+	struct ibv_mr *mr;
+	pthread_t th;
+};
+
+static void *flush_main(void *arg)
+{
+	struct flusher *f = arg;
+	uint8_t b[16] = { 0 };
+	/* A send whose lkey names no MR: a local protection error, and
+	 * with it the QP enters ERROR and flushes everything posted. */
+	struct ibv_sge s = { (uintptr_t)b, sizeof(b), f->mr->lkey ^ 0xff };
+	struct ibv_send_wr w = { .wr_id = 77, .sg_list = &s, .num_sge = 1,
+				 .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	if (f->how == FLUSH_BY_DISCONNECT)
+		wisp_qp_disconnect(f->qp);
+	else
+		ibv_post_send(f->qp, &w, &bad);
+	return NULL;
+}
+
+/*
+ * Issue 11 item 6: a receive WR whose buffer the kernel is still writing
+ * (recvmsg, on a polling thread or the engine) is flushed by another
+ * thread, by a send that fails on the posting thread or an orderly
+ * disconnect on the engine. Its completion must not reach the
+ * application before the copy has ended: the application would reuse or
+ * free a buffer the kernel is writing. The copy is held on a missing
+ * page (userfaultfd) while the flush is tried.
+ *
+ * Only the kernel's copy must be the one held: the first octets of each
+ * FPDU come through the core's staging buffer and are copied in user
+ * space, under the QP's lock. So a large message goes first (after
+ * one, the core reads just 64 octets of the next FPDU into staging), the
+ * buffer's first page is present (those octets land there), and the
+ * pages held are those the rest of the FPDU goes to, straight from the
+ * socket.
+ */
+static void flush_during_copy(enum flush_by how)
+{
+	const size_t len = 64 * 1024;
+	struct dp_pair p;
+	struct uffd_pause u;
+	struct rx_poller r = { 0 };
+	struct flusher f = { 0 };
+	uint8_t *src, *dst;
+	struct ibv_mr *ms, *md;
+	struct ibv_wc wc[4];
+	long page = sysconf(_SC_PAGESIZE);
+	int got = 0, early = 0;
+
+	dp_setup(&p, &defaults);
+	if (p.mulpdu < 4 * (uint32_t)page)
+		cr_skip_test("MULPDU %u: FPDUs too small for the buffer's "
+			     "pages to be written by recvmsg alone", p.mulpdu);
+	dst = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(dst, MAP_FAILED);
+	memset(dst, 0, (size_t)page);
+	if (!uffd_pause_start(&u, dst + page, len - (size_t)page)) {
+		munmap(dst, len);
+		cr_skip_test("userfaultfd is not available here (%s): the copy "
+			     "cannot be held", strerror(errno));
+	}
+	md = ibv_reg_mr(p.b.pd, dst, len, IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_not_null(md);
+	ms = dp_mr(p.a.pd, len, 0, &src);
+	fill_pattern(src, len, 6);
+	{
+		/* The large message before: its buffer is a's own. */
+		uint8_t *warm;
+		struct ibv_mr *mw = dp_mr(p.b.pd, 8192, IBV_ACCESS_LOCAL_WRITE,
+					  &warm);
+		struct ibv_sge ds = { (uintptr_t)warm, 8192, mw->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 4, .sg_list = &ds,
+					  .num_sge = 1 }, *br;
+		struct ibv_sge ss = { (uintptr_t)src, 8192, ms->lkey };
+		struct ibv_send_wr sw = { .wr_id = 3, .sg_list = &ss,
+					  .num_sge = 1, .opcode = IBV_WR_SEND },
+				   *bs;
+
+		cr_assert_eq(ibv_post_recv(p.b.qp, &rw, &br), 0);
+		cr_assert_eq(ibv_post_send(p.a.qp, &sw, &bs), 0);
+		cr_assert_eq(dp_wait1(p.b.rcq).status, IBV_WC_SUCCESS);
+		ibv_dereg_mr(mw);
+		free(warm);
+	}
+	{
+		struct ibv_sge ds = { (uintptr_t)dst, (uint32_t)len, md->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 5, .sg_list = &ds,
+					  .num_sge = 1 }, *br;
+		struct ibv_sge ss = { (uintptr_t)src, (uint32_t)len, ms->lkey };
+		struct ibv_send_wr sw = { .wr_id = 6, .sg_list = &ss,
+					  .num_sge = 1, .opcode = IBV_WR_SEND },
+				   *bs;
+
+		cr_assert_eq(ibv_post_recv(p.b.qp, &rw, &br), 0);
+		r.cq = p.b.rcq;
+		cr_assert_eq(pthread_create(&r.th, NULL, rx_poll_main, &r), 0);
+		cr_assert_eq(ibv_post_send(p.a.qp, &sw, &bs), 0);
+	}
+	for (int i = 0; i < DP_TIMEOUT_MS && !atomic_load(&u.faulted); i++)
+		usleep(1000);
+	cr_assert(atomic_load(&u.faulted), "the copy reached the buffer");
+
+	/* The copy is held: flush from another thread, give it time. */
+	f.qp = p.b.qp;
+	f.how = how;
+	f.mr = md;
+	cr_assert_eq(pthread_create(&f.th, NULL, flush_main, &f), 0);
+	usleep(300 * 1000);
+	early = atomic_load(&r.n);
+	for (int k; (k = ibv_poll_cq(p.b.rcq, 4, wc)) > 0;)
+		early += k;
+	cr_expect_eq(early, 0, "no completion of the receive while the "
+		     "kernel writes its buffer (got %d)", early);
+
+	/* Let the copy end: now the receive completes (flushed, or done
+	 * if its message was whole by then). */
+	atomic_store(&u.release, true);
+	pthread_join(f.th, NULL);
+	atomic_store(&r.stop, true);
+	pthread_join(r.th, NULL);
+	got = atomic_load(&r.n) + early;
+	if (!got) {
+		wc[0] = dp_wait1(p.b.rcq);
+		got = 1;
+	} else if (atomic_load(&r.n)) {
+		wc[0] = r.wc[0];
+	}
+	cr_assert_eq(wc[0].wr_id, 5);
+	cr_assert(wc[0].status == IBV_WC_WR_FLUSH_ERR ||
+		  wc[0].status == IBV_WC_SUCCESS, "%s",
+		  ibv_wc_status_str(wc[0].status));
+	cr_log_info("%s during the copy: the receive completed (%s) only "
+		    "after it", how == FLUSH_BY_DISCONNECT ? "disconnect" :
+		    "failed send", ibv_wc_status_str(wc[0].status));
+	uffd_pause_stop(&u);
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(md);
+	free(src);
+	munmap(dst, len);
+	dp_teardown(&p, &defaults);
+}
+
+Test(datapath, flush_during_copy_by_failed_send, .timeout = 60)
+{
+	flush_during_copy(FLUSH_BY_BAD_SEND);
+}
+
+Test(datapath, flush_during_copy_by_disconnect, .timeout = 60)
+{
+	flush_during_copy(FLUSH_BY_DISCONNECT);
 }

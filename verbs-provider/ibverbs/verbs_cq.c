@@ -7,6 +7,11 @@
  * ibv_poll_cq reads under a consumer lock. Neither lock is contended on
  * the fast path, so polling costs no system call. A completion channel
  * is a semaphore eventfd: one read per CQ event.
+ *
+ * A CQ also lists the TCP streams whose completions it collects: a
+ * thread that finds it empty receives on them itself (tcp-glue's
+ * glue_conn_recv_now). The CQ knows the streams, not the QPs behind
+ * them, so nothing here calls into verbs_qp.c.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -16,12 +21,21 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "glue.h"
 #include "verbs_internal.h"
 
+/*
+ * The CQs with events not yet read, oldest first, each on the list once
+ * with its count (ev_pending): a CQ may fire again before its event is
+ * read (armed again, then a new completion) and must not be linked
+ * twice. ibv_get_cq_event takes one event of the head CQ and, if it has
+ * more, moves it to the tail, so the events of several CQs come out
+ * interleaved, as the kernel's per-event list gives them.
+ */
 struct wisp_channel {
 	struct ibv_comp_channel base;
 	pthread_mutex_t lock;
-	struct wisp_cq *head, *tail;  /* CQs with an event not yet read */
+	struct wisp_cq *head, *tail;
 };
 
 static struct wisp_channel *to_wch(struct ibv_comp_channel *ch)
@@ -64,6 +78,31 @@ int wisp_destroy_comp_channel(struct ibv_comp_channel *ibch)
 	return 0;
 }
 
+/* Append cq to ch's list; ch->lock held, cq not on it. */
+static void ch_append(struct wisp_channel *ch, struct wisp_cq *cq)
+{
+	cq->ev_next = NULL;
+	if (ch->tail)
+		ch->tail->ev_next = cq;
+	else
+		ch->head = cq;
+	ch->tail = cq;
+}
+
+/* Take the head CQ off ch's list; ch->lock held. */
+static struct wisp_cq *ch_pop(struct wisp_channel *ch)
+{
+	struct wisp_cq *cq = ch->head;
+
+	if (cq) {
+		ch->head = cq->ev_next;
+		if (!ch->head)
+			ch->tail = NULL;
+		cq->ev_next = NULL;
+	}
+	return cq;
+}
+
 /* Raise the CQ's event on its channel (any thread). */
 static void cq_event(struct wisp_cq *cq)
 {
@@ -74,13 +113,8 @@ static void cq_event(struct wisp_cq *cq)
 		return;
 	ch = to_wch(cq->base.cq.channel);
 	pthread_mutex_lock(&ch->lock);
-	cq->ev_next = NULL;
-	if (ch->tail)
-		ch->tail->ev_next = cq;
-	else
-		ch->head = cq;
-	ch->tail = cq;
-	cq->events_reported++;
+	if (!cq->ev_pending++)
+		ch_append(ch, cq);
 	pthread_mutex_unlock(&ch->lock);
 	if (write(ch->base.fd, &one, sizeof(one)) < 0) {
 		/* cannot fail short of counter overflow */
@@ -144,7 +178,7 @@ static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
 	pthread_cond_init(&cq->base.cq.cond, NULL);
 	pthread_mutex_init(&cq->prod_lock, NULL);
 	pthread_mutex_init(&cq->cons_lock, NULL);
-	pthread_mutex_init(&cq->qps_lock, NULL);
+	pthread_mutex_init(&cq->conns_lock, NULL);
 	if (ch) {
 		pthread_mutex_lock(&to_wch(ch)->lock);
 		ch->refcnt++;
@@ -197,79 +231,95 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
 		return EBUSY;     /* QPs still use it, as rdma-core says */
 	if (ibcq->channel) {
 		struct wisp_channel *ch = to_wch(ibcq->channel);
-		struct wisp_cq **pp;
+		struct wisp_cq *c, *prev = NULL;
 
 		pthread_mutex_lock(&ch->lock);
-		/* Drop events not yet read, as the kernel does. */
-		for (pp = &ch->head; *pp;) {
-			if (*pp == cq) {
-				uint64_t v;
-
-				*pp = cq->ev_next;
-				if (read(ch->base.fd, &v, sizeof(v)) < 0) {
-					/* the count was already taken */
-				}
-				continue;
-			}
-			pp = &(*pp)->ev_next;
+		/* Drop events not yet read, as the kernel does: off the
+		 * list, and one count of the eventfd each. */
+		for (c = ch->head; c && c != cq; c = c->ev_next)
+			prev = c;
+		if (c) {
+			if (prev)
+				prev->ev_next = c->ev_next;
+			else
+				ch->head = c->ev_next;
+			if (ch->tail == c)
+				ch->tail = prev;
 		}
-		ch->tail = NULL;
-		for (struct wisp_cq *c = ch->head; c; c = c->ev_next)
-			ch->tail = c;
+		for (; cq->ev_pending; cq->ev_pending--) {
+			uint64_t v;
+
+			if (read(ch->base.fd, &v, sizeof(v)) < 0) {
+				/* the count was already taken */
+			}
+		}
 		ibcq->channel->refcnt--;
 		pthread_mutex_unlock(&ch->lock);
 	}
 	pthread_mutex_destroy(&cq->prod_lock);
 	pthread_mutex_destroy(&cq->cons_lock);
-	pthread_mutex_destroy(&cq->qps_lock);
-	free(cq->qps);
+	pthread_mutex_destroy(&cq->conns_lock);
+	free(cq->conns);
 	free(cq->ring);
 	free(cq);
 	return 0;
 }
 
-int wisp_cq_add_qp(struct wisp_cq *cq, struct wisp_qp *qp)
+int wisp_cq_get(struct wisp_cq *cq)
 {
 	int ret = 0;
 
-	pthread_mutex_lock(&cq->qps_lock);
-	if (cq->nqps == cq->qps_cap) {
-		int cap = cq->qps_cap ? 2 * cq->qps_cap : 4;
-		struct wisp_qp **n = realloc(cq->qps, (size_t)cap * sizeof(*n));
+	pthread_mutex_lock(&cq->conns_lock);
+	if (atomic_load(&cq->users) == cq->conns_cap) {
+		int cap = cq->conns_cap ? 2 * cq->conns_cap : 4;
+		struct glue_conn **n = realloc(cq->conns,
+					       (size_t)cap * sizeof(*n));
 
 		if (!n) {
 			ret = ENOMEM;
 			goto out;
 		}
-		cq->qps = n;
-		cq->qps_cap = cap;
+		cq->conns = n;
+		cq->conns_cap = cap;
 	}
-	cq->qps[cq->nqps++] = qp;
+	atomic_fetch_add(&cq->users, 1);
 out:
-	pthread_mutex_unlock(&cq->qps_lock);
+	pthread_mutex_unlock(&cq->conns_lock);
 	return ret;
 }
 
-void wisp_cq_del_qp(struct wisp_cq *cq, const struct wisp_qp *qp)
+void wisp_cq_put(struct wisp_cq *cq)
 {
-	pthread_mutex_lock(&cq->qps_lock);
-	for (int i = 0; i < cq->nqps; i++) {
-		if (cq->qps[i] == qp) {
-			cq->qps[i] = cq->qps[--cq->nqps];
+	atomic_fetch_sub(&cq->users, 1);
+}
+
+void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c)
+{
+	int n;
+
+	pthread_mutex_lock(&cq->conns_lock);
+	n = atomic_load(&cq->nconns);
+	cq->conns[n] = c;
+	atomic_store(&cq->nconns, n + 1);
+	pthread_mutex_unlock(&cq->conns_lock);
+}
+
+void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c)
+{
+	int n;
+
+	/* A poller receives on the list under conns_lock: once we hold
+	 * it, none is using c. */
+	pthread_mutex_lock(&cq->conns_lock);
+	n = atomic_load(&cq->nconns);
+	for (int i = 0; i < n; i++) {
+		if (cq->conns[i] == c) {
+			cq->conns[i] = cq->conns[n - 1];
+			atomic_store(&cq->nconns, n - 1);
 			break;
 		}
 	}
-	pthread_mutex_unlock(&cq->qps_lock);
-}
-
-void wisp_cq_lock_qps(struct wisp_cq *cq)
-{
-	pthread_mutex_lock(&cq->qps_lock);
-}
-
-void wisp_cq_unlock_qps(struct wisp_cq *cq)
-{
-	pthread_mutex_unlock(&cq->qps_lock);
+	pthread_mutex_unlock(&cq->conns_lock);
 }
 
 static int cq_take(struct wisp_cq *cq, int num_entries, struct ibv_wc *wc)
@@ -306,11 +356,12 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	 * message's latency. Not when the CQ is armed: that thread is
 	 * about to sleep on the channel and the engine must keep going.
 	 * Another poller at it: skip. */
-	if (cq->nqps && atomic_load(&cq->armed) == CQ_DISARMED &&
-	    !pthread_mutex_trylock(&cq->qps_lock)) {
-		for (int i = 0; i < cq->nqps; i++)
-			wisp_qp_progress(cq->qps[i]);
-		pthread_mutex_unlock(&cq->qps_lock);
+	if (atomic_load(&cq->nconns) &&
+	    atomic_load(&cq->armed) == CQ_DISARMED &&
+	    !pthread_mutex_trylock(&cq->conns_lock)) {
+		for (int i = 0; i < atomic_load(&cq->nconns); i++)
+			glue_conn_recv_now(cq->conns[i]);
+		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	return cq_empty(cq) ? 0 : cq_take(cq, num_entries, wc);
 }
@@ -323,11 +374,11 @@ int wisp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		return EINVAL;
 	/* Whoever polled this CQ's QPs' sockets now waits for an event:
 	 * hand them back to the engine. */
-	if (cq->nqps) {
-		pthread_mutex_lock(&cq->qps_lock);
-		for (int i = 0; i < cq->nqps; i++)
-			wisp_qp_release(cq->qps[i]);
-		pthread_mutex_unlock(&cq->qps_lock);
+	if (atomic_load(&cq->nconns)) {
+		pthread_mutex_lock(&cq->conns_lock);
+		for (int i = 0; i < atomic_load(&cq->nconns); i++)
+			glue_conn_release(cq->conns[i]);
+		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	/* Arming "any" over "solicited" widens it; never narrow it. */
 	if (solicited_only) {
@@ -353,12 +404,9 @@ int wisp_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **out,
 	if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
 		return -1;
 	pthread_mutex_lock(&ch->lock);
-	cq = ch->head;
-	if (cq) {
-		ch->head = cq->ev_next;
-		if (!ch->head)
-			ch->tail = NULL;
-	}
+	cq = ch_pop(ch);
+	if (cq && --cq->ev_pending)
+		ch_append(ch, cq);    /* its next event, after the others' */
 	pthread_mutex_unlock(&ch->lock);
 	if (!cq) {
 		errno = EAGAIN;

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * verbs_device.c - the device wisp0 and its contexts: the device list,
- * open/close and the ops tables, query device/port/GID/P_Key, PDs, and the
- * queue behind ibv_get_async_event.
+ * verbs_device.c - the device wisp0: the device list, open/close of a
+ * context with its ops tables (the one place that names every object's
+ * verbs), query device/port/GID/P_Key, and PDs. The context's own state
+ * lives in verbs_context.c.
  *
  * Return conventions are rdma-core 44's, verb by verb: most int verbs
  * return 0 or a positive errno, but ibv_query_gid, ibv_query_pkey,
- * ibv_get_pkey_index and ibv_get_async_event return -1 with errno set, and
+ * ibv_get_pkey_index return -1 with errno set, and
  * _ibv_query_gid_table a negative errno, as rdma-core's do.
  */
 #include "verbs_abi.h"
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #ifndef WISP_VERSION_STRING
@@ -426,123 +426,6 @@ int wisp_dealloc_pd_1_1(struct ibv_pd *pd)
 }
 WISP_SYMVER(wisp_dealloc_pd_1_1, "ibv_dealloc_pd@@IBVERBS_1.1");
 
-/* ---- asynchronous events ----------------------------------------------- */
-
-void wisp_async_event_push(struct ibv_context *ctx,
-			   const struct ibv_async_event *ev)
-{
-	struct wisp_context *wctx = to_wctx(ctx);
-	struct wisp_async_ev *e = malloc(sizeof(*e));
-	uint64_t one = 1;
-	ssize_t r;
-
-	/* Nobody to report to: the event is lost, as the kernel's uverbs
-	 * drops one it cannot allocate. */
-	if (!e)
-		return;
-	e->next = NULL;
-	e->ev = *ev;
-
-	pthread_mutex_lock(&wctx->async_lock);
-	if (wctx->async_tail)
-		wctx->async_tail->next = e;
-	else
-		wctx->async_head = e;
-	wctx->async_tail = e;
-	pthread_mutex_unlock(&wctx->async_lock);
-
-	/* One count per queued event (EFD_SEMAPHORE): async_fd polls
-	 * readable while any is queued and each read takes one. Only 2^64-2
-	 * unread events could make the write fail. */
-	r = write(wctx->async_efd, &one, sizeof(one));
-	(void)r;
-}
-
-/*
- * Blocks, like a read of the kernel's async fd, until an event is queued;
- * -1 with errno EAGAIN if the caller made async_fd non-blocking and none
- * is (rdma-core: the read's result).
- */
-int wisp_get_async_event_1_1(struct ibv_context *context,
-			     struct ibv_async_event *event)
-{
-	struct wisp_context *wctx = to_wctx(context);
-	struct wisp_async_ev *e;
-	uint64_t cnt;
-
-	if (read(wctx->async_efd, &cnt, sizeof(cnt)) != sizeof(cnt))
-		return -1;
-
-	pthread_mutex_lock(&wctx->async_lock);
-	e = wctx->async_head;
-	if (e) {
-		wctx->async_head = e->next;
-		if (!wctx->async_head)
-			wctx->async_tail = NULL;
-	}
-	pthread_mutex_unlock(&wctx->async_lock);
-
-	/* Each count is written after its event is queued. */
-	if (!e) {
-		errno = EIO;
-		return -1;
-	}
-	*event = e->ev;
-	free(e);
-	return 0;
-}
-WISP_SYMVER(wisp_get_async_event_1_1, "ibv_get_async_event@@IBVERBS_1.1");
-
-/*
- * Count the event as handled on its object: a destroy verb may wait for
- * events_completed to catch up with the events it delivered (rdma-core's
- * contract). Port and device events belong to no object.
- */
-void wisp_ack_async_event_1_1(struct ibv_async_event *event)
-{
-	pthread_mutex_t *mutex;
-	pthread_cond_t *cond;
-	uint32_t *done;
-
-	switch (event->event_type) {
-	case IBV_EVENT_CQ_ERR:
-		mutex = &event->element.cq->mutex;
-		cond = &event->element.cq->cond;
-		done = &event->element.cq->async_events_completed;
-		break;
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED:
-		mutex = &event->element.qp->mutex;
-		cond = &event->element.qp->cond;
-		done = &event->element.qp->events_completed;
-		break;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
-		mutex = &event->element.srq->mutex;
-		cond = &event->element.srq->cond;
-		done = &event->element.srq->events_completed;
-		break;
-	case IBV_EVENT_WQ_FATAL:
-		mutex = &event->element.wq->mutex;
-		cond = &event->element.wq->cond;
-		done = &event->element.wq->events_completed;
-		break;
-	default:
-		return;
-	}
-	pthread_mutex_lock(mutex);
-	++*done;
-	pthread_cond_signal(cond);
-	pthread_mutex_unlock(mutex);
-}
-WISP_SYMVER(wisp_ack_async_event_1_1, "ibv_ack_async_event@@IBVERBS_1.1");
-
 /* ---- contexts ---------------------------------------------------------- */
 
 /* Memory windows are not supported: alloc_mw stays NULL, so the inline
@@ -627,11 +510,9 @@ struct ibv_context *wisp_open_device_1_1(struct ibv_device *device)
 		goto err_free_ctx;
 	}
 	wctx->gid_cnt = n;
-	wctx->async_efd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-	if (wctx->async_efd < 0) {
-		err = errno;
+	err = wisp_context_init(wctx);
+	if (err)
 		goto err_free_gids;
-	}
 
 	/*
 	 * An extended context: abi_compat and sz let the inline verbs of
@@ -658,8 +539,6 @@ struct ibv_context *wisp_open_device_1_1(struct ibv_device *device)
 		},
 	};
 	pthread_mutex_init(&wctx->vctx.context.mutex, NULL);
-	pthread_mutex_init(&wctx->lock, NULL);
-	pthread_mutex_init(&wctx->async_lock, NULL);
 	return &wctx->vctx.context;
 
 err_free_gids:
@@ -676,16 +555,8 @@ WISP_SYMVER(wisp_open_device_1_1, "ibv_open_device@@IBVERBS_1.1");
 int wisp_close_device_1_1(struct ibv_context *context)
 {
 	struct wisp_context *wctx = to_wctx(context);
-	struct wisp_async_ev *e, *next;
 
-	wisp_context_engine_stop(wctx);
-	for (e = wctx->async_head; e; e = next) {
-		next = e->next;
-		free(e);
-	}
-	close(wctx->async_efd);
-	pthread_mutex_destroy(&wctx->async_lock);
-	pthread_mutex_destroy(&wctx->lock);
+	wisp_context_fini(wctx);
 	pthread_mutex_destroy(&wctx->vctx.context.mutex);
 	free(wctx->gid_tbl);
 	free(wctx);

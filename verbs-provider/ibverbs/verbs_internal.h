@@ -1,17 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * verbs_internal.h - the data-path objects shared by verbs_cq.c and
- * verbs_qp.c (internal to wisp's libibverbs.so.1).
+ * verbs_internal.h - the data-path objects of wisp's libibverbs.so.1 and
+ * the calls between their files (internal to the library).
+ *
+ * The files depend on each other in one direction only:
+ *
+ *   verbs_context.c   the context: its engine, STag table, async events
+ *   verbs_mr.c        MRs            -> context
+ *   verbs_cq.c        CQs, channels  -> context
+ *   verbs_srq.c       SRQs           -> context
+ *   verbs_qp.c        QPs            -> context, CQ, SRQ
+ *   verbs_stream.c    a QP's stream  -> context, CQ, QP
+ *
+ * A CQ knows the TCP connections whose completions it collects (so that
+ * an empty poll can receive on them), never the QPs behind them.
  */
 #ifndef WISP_VERBS_INTERNAL_H
 #define WISP_VERBS_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "rdmap_qp.h"
 #include "wisp_verbs.h"
+#include "../wisp_private.h"
+
+struct glue_conn;
+
+/* ---- verbs_cq.c -------------------------------------------------- */
 
 enum { CQ_DISARMED, CQ_ARMED_SOLICITED, CQ_ARMED_ANY };
 
@@ -27,36 +46,139 @@ struct wisp_cq {
 	atomic_int armed;
 	atomic_bool overrun;
 	atomic_int users;         /* QPs using it */
-	struct wisp_cq *ev_next;  /* on its channel's event list */
-	uint32_t events_reported;
+	/* Channel events raised and not yet read, under the channel's
+	 * lock: while there are any, the CQ is on the channel's list,
+	 * once, however many. */
+	uint32_t ev_pending;
+	struct wisp_cq *ev_next;
 	struct ibv_wc cur;        /* the extended CQ's current entry */
-	/* QPs completing here, which a poller may progress itself. */
-	pthread_mutex_t qps_lock;
-	struct wisp_qp **qps;
-	int nqps, qps_cap;
+	/* The streams completing here, which a poller may receive on
+	 * itself. The array has room for one per user, so adding never
+	 * fails. */
+	pthread_mutex_t conns_lock;
+	struct glue_conn **conns;
+	atomic_int nconns;
+	int conns_cap;
 };
-
-struct wisp_qp;
-
-/* Receive what qp's socket holds now, on the calling thread
- * (verbs_qp.c). Called by ibv_poll_cq on an empty CQ. */
-void wisp_qp_progress(struct wisp_qp *qp);
-
-/* The CQ's poller goes to sleep: give qp's socket back to the engine. */
-void wisp_qp_release(struct wisp_qp *qp);
-
-/* Add / remove qp on cq's list (verbs_cq.c). */
-int wisp_cq_add_qp(struct wisp_cq *cq, struct wisp_qp *qp);
-void wisp_cq_del_qp(struct wisp_cq *cq, const struct wisp_qp *qp);
-void wisp_cq_lock_qps(struct wisp_cq *cq);
-void wisp_cq_unlock_qps(struct wisp_cq *cq);
 
 static inline struct wisp_cq *to_wcq(struct ibv_cq *cq)
 {
 	return container_of(cq, struct wisp_cq, base.cq);
 }
 
+/* A QP starts using cq: count it and make room for its stream. Returns
+ * 0 or ENOMEM. */
+int wisp_cq_get(struct wisp_cq *cq);
+/* The QP no longer uses cq (its stream is off the list). */
+void wisp_cq_put(struct wisp_cq *cq);
+
+/* Put c on cq's list of streams (room was made by wisp_cq_get). */
+void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c);
+/* Take c off it; returns once no poller is receiving on c. */
+void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c);
+
 /* Append a completion (any thread); raise the channel event if armed. */
 void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited);
+
+/* ---- verbs_srq.c ------------------------------------------------- */
+
+struct wisp_srq {
+	struct ibv_srq base;
+	pthread_mutex_t lock;
+	struct rdmap_recv_wr *ring;
+	uint32_t size, head, tail;
+	uint32_t max_wr, max_sge, limit;
+	atomic_int users;         /* QPs using it */
+};
+
+static inline struct wisp_srq *to_wsrq(struct ibv_srq *srq)
+{
+	return container_of(srq, struct wisp_srq, base);
+}
+
+/* Take the next posted receive into out (engine thread, under the
+ * QP's core lock); false if none. Raises the limit event. */
+bool wisp_srq_pop(struct wisp_srq *srq, struct rdmap_recv_wr *out);
+
+/* ---- verbs_qp.c -------------------------------------------------- */
+
+/* The TCP stream of a QP, once attached (verbs_stream.c). */
+struct wisp_stream {
+	struct glue_engine *engine;
+	struct glue_conn *conn;
+	pthread_mutex_t end_lock;
+	pthread_cond_t end_cond;
+	bool ended;               /* the engine's ended() has run */
+	int end_reason;
+	wisp_stream_end_fn end_fn;
+	void *end_arg;
+};
+
+struct wisp_qp {
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx;
+	} base;
+	struct rdmap_qp *core;
+	pthread_mutex_t post_lock;
+	/* Serialises the core between the engine thread, a posting thread
+	 * that sends directly (glue_conn_send_now) and a polling thread
+	 * that receives directly (glue_conn_recv_now). */
+	pthread_mutex_t core_lock;
+	struct wisp_cq *scq, *rcq;
+	struct wisp_srq *srq;
+	struct wisp_qp *qps_next;     /* process-wide list */
+	struct ibv_qp_cap cap;
+	bool sq_sig_all;
+	uint8_t ord, ird;         /* max_rd_atomic, max_dest_rd_atomic */
+	int access_flags;
+	struct wisp_stream stream;
+};
+
+static inline struct wisp_qp *to_wqp(struct ibv_qp *qp)
+{
+	return container_of(qp, struct wisp_qp, base.qp);
+}
+
+static inline enum ibv_qp_state wisp_qp_state(const struct wisp_qp *qp)
+{
+	return (enum ibv_qp_state)__atomic_load_n(&qp->base.qp.state,
+						  __ATOMIC_ACQUIRE);
+}
+
+static inline void wisp_qp_set_state(struct wisp_qp *qp, enum ibv_qp_state s)
+{
+	__atomic_store_n(&qp->base.qp.state, s, __ATOMIC_RELEASE);
+}
+
+/* Enter ERROR and flush every WR, serialised with the data path. */
+void wisp_qp_core_end(struct wisp_qp *qp, int reason);
+
+/* Close the stream on the engine thread unless it is already over:
+ * graceful flushes locally at once and lets the peer learn from the
+ * FIN; otherwise the socket is shut down. No-op without a stream. */
+void wisp_qp_stream_close(struct wisp_qp *qp, int reason, bool graceful);
+
+/* ---- shared by verbs_qp.c and verbs_srq.c ------------------------ */
+
+/* A receive WR into the ring format; EINVAL if it has too many SGEs. */
+static inline int wisp_conv_recv(const struct ibv_recv_wr *wr,
+				 struct rdmap_recv_wr *r, uint32_t max_sge)
+{
+	uint64_t len = 0;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
+		return EINVAL;
+	r->wr_id = wr->wr_id;
+	r->num_sge = (uint8_t)wr->num_sge;
+	for (int i = 0; i < wr->num_sge; i++) {
+		r->sge[i].addr = wr->sg_list[i].addr;
+		r->sge[i].length = wr->sg_list[i].length;
+		r->sge[i].lkey = wr->sg_list[i].lkey;
+		len += wr->sg_list[i].length;
+	}
+	r->length = len;
+	return 0;
+}
 
 #endif /* WISP_VERBS_INTERNAL_H */

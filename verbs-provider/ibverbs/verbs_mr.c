@@ -29,26 +29,6 @@ _Static_assert(RDMAP_ACC_LOCAL_WRITE == IBV_ACCESS_LOCAL_WRITE &&
 #define ACCESS_IGNORED   (IBV_ACCESS_RELAXED_ORDERING | \
 			  IBV_ACCESS_OPTIONAL_RANGE)
 
-struct rdmap_stag_table *wisp_context_stags(struct wisp_context *wctx)
-{
-	struct rdmap_stag_table *t;
-
-	pthread_mutex_lock(&wctx->lock);
-	t = wctx->stags;
-	if (!t) {
-		t = calloc(1, sizeof(*t));
-		if (t && rdmap_stag_table_init(t, WISP_MAX_MR)) {
-			free(t);
-			t = NULL;
-		}
-		wctx->stags = t;
-	}
-	pthread_mutex_unlock(&wctx->lock);
-	if (!t)
-		errno = ENOMEM;
-	return t;
-}
-
 /* Is [addr, addr + len) mapped? A real device fails registration of
  * unmapped memory with EFAULT; so do we, rather than fault later on the
  * engine thread. */

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * verbs_qp.c - RC queue pairs and shared receive queues over rdmap_qp,
- * and the private calls that attach a connected TCP stream to a QP.
+ * verbs_qp.c - RC queue pairs over rdmap_qp: create, modify, query,
+ * destroy, posting, and the lifetime of the TCP stream attached to a QP
+ * (closing it, waiting for its end, freeing it). The engine's view of
+ * the stream and the calls that attach it are verbs_stream.c's.
  *
  * Posting: a WR is checked and written straight into the SQ or RQ ring
  * under the QP's post lock, then the engine is kicked (no system call
@@ -10,109 +12,19 @@
  * IBV_WC_WR_FLUSH_ERR.
  */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "glue.h"
 #include "rdmap_qp.h"
 #include "verbs_internal.h"
-#include "../wisp_private.h"
-
-struct wisp_srq {
-	struct ibv_srq base;
-	pthread_mutex_t lock;
-	struct rdmap_recv_wr *ring;
-	uint32_t size, head, tail;
-	uint32_t max_wr, max_sge, limit;
-};
-
-struct wisp_qp {
-	union {
-		struct ibv_qp qp;
-		struct ibv_qp_ex qpx;
-	} base;
-	struct rdmap_qp *core;
-	pthread_mutex_t post_lock;
-	/* Serialises the core between the engine thread and a posting
-	 * thread that sends directly (glue_conn_send_now). */
-	pthread_mutex_t core_lock;
-	struct wisp_cq *scq, *rcq;
-	struct wisp_srq *srq;
-	struct wisp_qp *qps_next;     /* process-wide list */
-	struct ibv_qp_cap cap;
-	bool sq_sig_all;
-	uint8_t ord, ird;         /* max_rd_atomic, max_dest_rd_atomic */
-	int access_flags;
-
-	/* the stream */
-	struct glue_engine *engine;
-	struct glue_conn *conn;
-	pthread_mutex_t end_lock;
-	pthread_cond_t end_cond;
-	bool ended;
-	int end_reason;
-	wisp_stream_end_fn end_fn;
-	void *end_arg;
-};
 
 static atomic_uint next_qpn = 1;
 
 /* Every QP of the process, for wisp_qp_lookup(). */
 static pthread_mutex_t qps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct wisp_qp *qps_head;
-
-static struct wisp_qp *to_wqp(struct ibv_qp *qp)
-{
-	return container_of(qp, struct wisp_qp, base.qp);
-}
-
-static struct wisp_srq *to_wsrq(struct ibv_srq *srq)
-{
-	return container_of(srq, struct wisp_srq, base);
-}
-
-static enum ibv_qp_state qp_state(const struct wisp_qp *qp)
-{
-	return (enum ibv_qp_state)__atomic_load_n(&qp->base.qp.state,
-						  __ATOMIC_ACQUIRE);
-}
-
-static void set_state(struct wisp_qp *qp, enum ibv_qp_state s)
-{
-	__atomic_store_n(&qp->base.qp.state, s, __ATOMIC_RELEASE);
-}
-
-/* ------------------------------------------------------------------ */
-/* Engines                                                            */
-/* ------------------------------------------------------------------ */
-
-struct glue_engine *wisp_context_engine(struct wisp_context *wctx)
-{
-	struct glue_engine *e;
-
-	pthread_mutex_lock(&wctx->lock);
-	if (!wctx->engine)
-		wctx->engine = glue_engine_create(GLUE_AUTO);
-	e = wctx->engine;
-	pthread_mutex_unlock(&wctx->lock);
-	return e;
-}
-
-void wisp_context_engine_stop(struct wisp_context *wctx)
-{
-	glue_engine_destroy(wctx->engine);
-	wctx->engine = NULL;
-	if (wctx->stags) {
-		rdmap_stag_table_fini(wctx->stags);
-		free(wctx->stags);
-		wctx->stags = NULL;
-	}
-}
 
 /* ------------------------------------------------------------------ */
 /* Completions from the core                                          */
@@ -160,36 +72,14 @@ static void core_complete(void *arg, const struct rdmap_cqe *c)
 
 static bool core_srq_pop(void *arg, struct rdmap_recv_wr *out)
 {
-	struct wisp_srq *srq = ((struct wisp_qp *)arg)->srq;
-	bool got = false, limit = false;
-
-	pthread_mutex_lock(&srq->lock);
-	if (srq->head != srq->tail) {
-		*out = srq->ring[srq->head++ & (srq->size - 1)];
-		got = true;
-		/* IBTA 10.2.9.4: the limit event fires once, when the queue
-		 * drops below the armed limit. */
-		if (srq->limit && srq->tail - srq->head < srq->limit) {
-			srq->limit = 0;
-			limit = true;
-		}
-	}
-	pthread_mutex_unlock(&srq->lock);
-	if (limit) {
-		struct ibv_async_event ev = {
-			.element.srq = &srq->base,
-			.event_type = IBV_EVENT_SRQ_LIMIT_REACHED,
-		};
-		wisp_async_event_push(srq->base.context, &ev);
-	}
-	return got;
+	return wisp_srq_pop(((struct wisp_qp *)arg)->srq, out);
 }
 
 static void core_fatal(void *arg, uint16_t term)
 {
 	struct wisp_qp *qp = arg;
 
-	set_state(qp, IBV_QPS_ERR);
+	wisp_qp_set_state(qp, IBV_QPS_ERR);
 	if (term) {
 		struct ibv_async_event ev = {
 			.element.qp = &qp->base.qp,
@@ -206,104 +96,15 @@ static const struct rdmap_qp_ops core_ops = {
 };
 
 /* ------------------------------------------------------------------ */
-/* The stream, seen from the engine                                   */
+/* The lifetime of the stream (the engine's side is verbs_stream.c)   */
 /* ------------------------------------------------------------------ */
 
-static int s_rx_want(void *arg, struct iovec *iov, int cap)
-{
-	struct wisp_qp *qp = arg;
-	int ret;
-
-	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_rx_want(qp->core, iov, cap);
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
-}
-
-static int s_rx_done(void *arg, size_t n)
-{
-	struct wisp_qp *qp = arg;
-	int ret;
-
-	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_rx_done(qp->core, n);
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
-}
-
-static int s_tx_fill(void *arg, struct iovec *iov, int cap)
-{
-	struct wisp_qp *qp = arg;
-	int ret;
-
-	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_tx_fill(qp->core, iov, cap);
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
-}
-
-static int s_tx_done(void *arg, size_t n)
-{
-	struct wisp_qp *qp = arg;
-	int ret;
-
-	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_tx_done(qp->core, n);
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
-}
-
-static int64_t s_timer(void *arg, int64_t now_ms, bool *send)
-{
-	struct wisp_qp *qp = arg;
-	int64_t next;
-
-	pthread_mutex_lock(&qp->core_lock);
-	next = rdmap_qp_tick(qp->core, now_ms, send);
-	pthread_mutex_unlock(&qp->core_lock);
-	return next;
-}
-
-/* Enter ERROR and flush, serialised with the data path. */
-static void core_end(struct wisp_qp *qp, int reason)
+void wisp_qp_core_end(struct wisp_qp *qp, int reason)
 {
 	pthread_mutex_lock(&qp->core_lock);
 	rdmap_qp_stream_ended(qp->core, reason);
 	pthread_mutex_unlock(&qp->core_lock);
 }
-
-static void s_ended(void *arg, int reason)
-{
-	struct wisp_qp *qp = arg;
-	wisp_stream_end_fn fn;
-	void *fn_arg;
-
-	/* RFC 5040 5.6 / verbs: losing the stream is fatal to the QP;
-	 * every outstanding WR is flushed. */
-	core_end(qp, reason);
-	set_state(qp, IBV_QPS_ERR);
-	pthread_mutex_lock(&qp->end_lock);
-	qp->ended = true;
-	qp->end_reason = reason;
-	fn = qp->end_fn;
-	fn_arg = qp->end_arg;
-	pthread_cond_broadcast(&qp->end_cond);
-	pthread_mutex_unlock(&qp->end_lock);
-	if (fn)
-		fn(&qp->base.qp, reason, fn_arg);
-}
-
-_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
-	       "rx_done flags pass through unchanged");
-
-static const struct glue_conn_ops stream_ops = {
-	.rx_want = s_rx_want,
-	.rx_done = s_rx_done,
-	.tx_fill = s_tx_fill,
-	.tx_done = s_tx_done,
-	.ended = s_ended,
-	.timer = s_timer,
-};
 
 /* Engine thread: close the stream unless it is already over. */
 struct close_args {
@@ -318,141 +119,52 @@ static void close_cmd(void *arg)
 	struct wisp_qp *qp = a->qp;
 	bool ended;
 
-	pthread_mutex_lock(&qp->end_lock);
-	ended = qp->ended;
-	pthread_mutex_unlock(&qp->end_lock);
+	pthread_mutex_lock(&qp->stream.end_lock);
+	ended = qp->stream.ended;
+	pthread_mutex_unlock(&qp->stream.end_lock);
 	if (ended)
 		return;
 	if (a->graceful) {
 		/* Flush locally now; the peer learns from the FIN. */
-		core_end(qp, 0);
-		set_state(qp, IBV_QPS_ERR);
+		wisp_qp_core_end(qp, 0);
+		wisp_qp_set_state(qp, IBV_QPS_ERR);
 	}
-	glue_conn_close(qp->conn, a->reason, a->graceful);
-	glue_conn_kick(qp->conn);
+	glue_conn_close(qp->stream.conn, a->reason, a->graceful);
+	glue_conn_kick(qp->stream.conn);
 }
 
-static void stream_wait_end(struct wisp_qp *qp);
-
-static void stream_close(struct wisp_qp *qp, int reason, bool graceful)
+void wisp_qp_stream_close(struct wisp_qp *qp, int reason, bool graceful)
 {
 	struct close_args a = { qp, reason, graceful };
 
-	if (qp->conn)
-		glue_engine_call(qp->engine, close_cmd, &a);
-}
-
-void wisp_qp_progress(struct wisp_qp *qp)
-{
-	/* The CQ's list lock is held: the connection cannot be freed
-	 * under us (detach_conn takes it). */
-	if (qp->conn)
-		glue_conn_recv_now(qp->conn);
-}
-
-void wisp_qp_release(struct wisp_qp *qp)
-{
-	if (qp->conn)
-		glue_conn_release(qp->conn);
-}
-
-/* Close and free the stream; off the CQ lists' view first. */
-static void detach_conn(struct wisp_qp *qp)
-{
-	struct glue_conn *c;
-
-	if (!qp->conn)
-		return;
-	stream_close(qp, ECONNABORTED, false);
-	stream_wait_end(qp);
-	wisp_cq_lock_qps(qp->scq);
-	if (qp->rcq != qp->scq)
-		wisp_cq_lock_qps(qp->rcq);
-	c = qp->conn;
-	qp->conn = NULL;
-	if (qp->rcq != qp->scq)
-		wisp_cq_unlock_qps(qp->rcq);
-	wisp_cq_unlock_qps(qp->scq);
-	glue_conn_free(c);
+	if (qp->stream.conn)
+		glue_engine_call(qp->stream.engine, close_cmd, &a);
 }
 
 static void stream_wait_end(struct wisp_qp *qp)
 {
-	if (!qp->conn)
+	if (!qp->stream.conn)
 		return;
-	pthread_mutex_lock(&qp->end_lock);
-	while (!qp->ended)
-		pthread_cond_wait(&qp->end_cond, &qp->end_lock);
-	pthread_mutex_unlock(&qp->end_lock);
+	pthread_mutex_lock(&qp->stream.end_lock);
+	while (!qp->stream.ended)
+		pthread_cond_wait(&qp->stream.end_cond, &qp->stream.end_lock);
+	pthread_mutex_unlock(&qp->stream.end_lock);
 }
 
-int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
-			  const struct wisp_stream_params *p)
+/* Close and free the stream, off the CQs' lists first. */
+static void detach_conn(struct wisp_qp *qp)
 {
-	struct wisp_qp *qp;
-	struct rdmap_stream_cfg s = { 0 };
-	enum ibv_qp_state st;
-	int mss = 0, ret;
-	socklen_t len = sizeof(mss);
+	struct glue_conn *c = qp->stream.conn;
 
-	if (!ibqp || !p || fd < 0 || (p->mpa_rev != 1 && p->mpa_rev != 2)) {
-		ret = EINVAL;
-		goto err_close;
-	}
-	if (p->markers) {
-		ret = EOPNOTSUPP;
-		goto err_close;
-	}
-	qp = to_wqp(ibqp);
-	st = qp_state(qp);
-	if (st != IBV_QPS_INIT && st != IBV_QPS_RTR && st != IBV_QPS_RTS) {
-		ret = EINVAL;
-		goto err_close;
-	}
-	if (qp->conn) {
-		ret = EBUSY;
-		goto err_close;
-	}
-	qp->engine = wisp_context_engine(to_wctx(ibqp->context));
-	if (!qp->engine) {
-		ret = errno;
-		goto err_close;
-	}
-	/* FPDUs no larger than the MSS (RFC 5044 section 6.1: MULPDU from
-	 * EMSS) so that every FPDU can travel in one TCP segment. */
-	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 536)
-		mss = 1460;
-	s.mulpdu = mpa_mulpdu((uint32_t)mss, false);
-	s.crc = p->crc;
-	/* Not negotiated (rev 1, or rev 2 without the enhanced words):
-	 * fall back to the QP's own attributes. */
-	s.ird = p->ird ? p->ird : qp->ird;
-	s.ord = p->ord ? p->ord : qp->ord;
-	s.rtr = p->rtr == WISP_RTR_SEND_WRITE ? RDMAP_RTR_SEND_WRITE :
-		p->rtr == WISP_RTR_SEND_READ ? RDMAP_RTR_SEND_READ :
-		p->rtr == WISP_RTR_EXPECT ? RDMAP_RTR_EXPECT : RDMAP_RTR_NONE;
-	pthread_mutex_lock(&qp->post_lock);
-	ret = -rdmap_qp_start(qp->core, &s);
-	if (!ret)
-		set_state(qp, IBV_QPS_RTS);
-	pthread_mutex_unlock(&qp->post_lock);
-	if (ret)
-		goto err_close;
-	qp->ended = false;
-	qp->conn = glue_conn_add(qp->engine, fd, &stream_ops, qp);
-	if (!qp->conn) {
-		ret = errno;
-		core_end(qp, ret);
-		set_state(qp, IBV_QPS_ERR);
-		return ret;
-	}
-	/* WRs posted between start and now were not kicked. */
-	glue_conn_kick(qp->conn);
-	return 0;
-
-err_close:
-	close(fd);
-	return ret;
+	if (!c)
+		return;
+	wisp_qp_stream_close(qp, ECONNABORTED, false);
+	stream_wait_end(qp);
+	wisp_cq_del_conn(qp->scq, c);
+	if (qp->rcq != qp->scq)
+		wisp_cq_del_conn(qp->rcq, c);
+	qp->stream.conn = NULL;
+	glue_conn_free(c);
 }
 
 struct ibv_qp *wisp_qp_lookup(uint32_t qp_num)
@@ -465,37 +177,6 @@ struct ibv_qp *wisp_qp_lookup(uint32_t qp_num)
 			break;
 	pthread_mutex_unlock(&qps_lock);
 	return qp ? &qp->base.qp : NULL;
-}
-
-int wisp_qp_set_stream_end_cb(struct ibv_qp *ibqp, wisp_stream_end_fn fn,
-			      void *arg)
-{
-	struct wisp_qp *qp;
-
-	if (!ibqp)
-		return EINVAL;
-	qp = to_wqp(ibqp);
-	pthread_mutex_lock(&qp->end_lock);
-	qp->end_fn = fn;
-	qp->end_arg = arg;
-	pthread_mutex_unlock(&qp->end_lock);
-	return 0;
-}
-
-int wisp_qp_disconnect(struct ibv_qp *ibqp)
-{
-	struct wisp_qp *qp;
-
-	if (!ibqp)
-		return EINVAL;
-	qp = to_wqp(ibqp);
-	if (!qp->conn) {
-		core_end(qp, 0);
-		set_state(qp, IBV_QPS_ERR);
-		return 0;
-	}
-	stream_close(qp, 0, true);
-	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -548,8 +229,8 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 		goto err;
 	pthread_mutex_init(&qp->post_lock, NULL);
 	pthread_mutex_init(&qp->core_lock, NULL);
-	pthread_mutex_init(&qp->end_lock, NULL);
-	pthread_cond_init(&qp->end_cond, NULL);
+	pthread_mutex_init(&qp->stream.end_lock, NULL);
+	pthread_cond_init(&qp->stream.end_cond, NULL);
 	cfg.pd = pd;
 	cfg.stags = wisp_context_stags(to_wctx(ctx));
 	cfg.ops = &core_ops;
@@ -570,14 +251,14 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	qp->srq = attr->srq ? to_wsrq(attr->srq) : NULL;
 	qp->ord = 16;
 	qp->ird = 16;
-	if (wisp_cq_add_qp(qp->scq, qp))
+	if (wisp_cq_get(qp->scq))
 		goto err_core;
-	if (qp->rcq != qp->scq && wisp_cq_add_qp(qp->rcq, qp)) {
-		wisp_cq_del_qp(qp->scq, qp);
+	if (wisp_cq_get(qp->rcq)) {
+		wisp_cq_put(qp->scq);
 		goto err_core;
 	}
-	atomic_fetch_add(&qp->scq->users, 1);
-	atomic_fetch_add(&qp->rcq->users, 1);
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->users, 1);
 	qp->base.qp.context = ctx;
 	qp->base.qp.qp_context = attr->qp_context;
 	qp->base.qp.pd = pd;
@@ -589,7 +270,7 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	qp->base.qp.handle = qp->base.qp.qp_num;
 	pthread_mutex_init(&qp->base.qp.mutex, NULL);
 	pthread_cond_init(&qp->base.qp.cond, NULL);
-	set_state(qp, IBV_QPS_RESET);
+	wisp_qp_set_state(qp, IBV_QPS_RESET);
 	wisp_pd_get(pd);
 	pthread_mutex_lock(&qps_lock);
 	qp->qps_next = qps_head;
@@ -600,8 +281,8 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 err_core:
 	rdmap_qp_destroy(qp->core);
 err_free:
-	pthread_cond_destroy(&qp->end_cond);
-	pthread_mutex_destroy(&qp->end_lock);
+	pthread_cond_destroy(&qp->stream.end_cond);
+	pthread_mutex_destroy(&qp->stream.end_lock);
 	pthread_mutex_destroy(&qp->core_lock);
 	pthread_mutex_destroy(&qp->post_lock);
 	free(qp);
@@ -704,7 +385,7 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	if (!ibqp || !attr)
 		return EINVAL;
 	qp = to_wqp(ibqp);
-	cur = qp_state(qp);
+	cur = wisp_qp_state(qp);
 	if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
 		return EINVAL;
 	to = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
@@ -712,7 +393,7 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	 * its stream, it owns the state; an application that walks its own
 	 * QP through INIT/RTR/RTS afterwards (rping -q) changes nothing, as
 	 * with siw. */
-	if (qp->conn && cur == IBV_QPS_RTS &&
+	if (qp->stream.conn && cur == IBV_QPS_RTS &&
 	    (to == IBV_QPS_INIT || to == IBV_QPS_RTR || to == IBV_QPS_RTS))
 		to = cur;
 	if ((mask & IBV_QP_STATE) && to != cur && !transition_ok(cur, to))
@@ -739,10 +420,10 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 			return ret;
 		break;
 	case IBV_QPS_ERR:
-		if (qp->conn) {
-			stream_close(qp, ECONNABORTED, false);
+		if (qp->stream.conn) {
+			wisp_qp_stream_close(qp, ECONNABORTED, false);
 		} else {
-			core_end(qp, 0);
+			wisp_qp_core_end(qp, 0);
 			pthread_mutex_lock(&qp->post_lock);
 			rdmap_qp_flush_idle(qp->core);
 			pthread_mutex_unlock(&qp->post_lock);
@@ -753,7 +434,7 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 	default:
 		break;
 	}
-	set_state(qp, to);
+	wisp_qp_set_state(qp, to);
 	return 0;
 }
 
@@ -767,7 +448,7 @@ int wisp_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 		return EINVAL;
 	qp = to_wqp(ibqp);
 	memset(attr, 0, sizeof(*attr));
-	attr->qp_state = qp_state(qp);
+	attr->qp_state = wisp_qp_state(qp);
 	attr->cur_qp_state = attr->qp_state;
 	attr->path_mtu = IBV_MTU_1024;
 	attr->qp_access_flags = qp->access_flags;
@@ -802,15 +483,14 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 	}
 	pthread_mutex_unlock(&qps_lock);
 	detach_conn(qp);
-	wisp_cq_del_qp(qp->scq, qp);
-	if (qp->rcq != qp->scq)
-		wisp_cq_del_qp(qp->rcq, qp);
 	rdmap_qp_destroy(qp->core);
 	wisp_pd_put(ibqp->pd);
-	atomic_fetch_sub(&qp->scq->users, 1);
-	atomic_fetch_sub(&qp->rcq->users, 1);
-	pthread_cond_destroy(&qp->end_cond);
-	pthread_mutex_destroy(&qp->end_lock);
+	wisp_cq_put(qp->scq);
+	wisp_cq_put(qp->rcq);
+	if (qp->srq)
+		atomic_fetch_sub(&qp->srq->users, 1);
+	pthread_cond_destroy(&qp->stream.end_cond);
+	pthread_mutex_destroy(&qp->stream.end_lock);
 	pthread_mutex_destroy(&qp->core_lock);
 	pthread_mutex_destroy(&qp->post_lock);
 	pthread_cond_destroy(&ibqp->cond);
@@ -898,7 +578,7 @@ int wisp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	bool flush;
 
 	pthread_mutex_lock(&qp->post_lock);
-	st = qp_state(qp);
+	st = wisp_qp_state(qp);
 	flush = st == IBV_QPS_ERR;
 	if (st != IBV_QPS_RTS && !flush) {
 		ret = EINVAL;
@@ -926,28 +606,10 @@ out:
 	pthread_mutex_unlock(&qp->post_lock);
 	/* Send on this thread when the engine is not sending: one thread
 	 * hand-off less per message. Otherwise the engine picks it up. */
-	if (qp->conn && !flush && !glue_conn_send_now(qp->conn))
-		glue_conn_kick(qp->conn);
+	if (qp->stream.conn && !flush &&
+	    !glue_conn_send_now(qp->stream.conn))
+		glue_conn_kick(qp->stream.conn);
 	return ret;
-}
-
-static int conv_recv(const struct ibv_recv_wr *wr, struct rdmap_recv_wr *r,
-		     uint32_t max_sge)
-{
-	uint64_t len = 0;
-
-	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
-		return EINVAL;
-	r->wr_id = wr->wr_id;
-	r->num_sge = (uint8_t)wr->num_sge;
-	for (int i = 0; i < wr->num_sge; i++) {
-		r->sge[i].addr = wr->sg_list[i].addr;
-		r->sge[i].length = wr->sg_list[i].length;
-		r->sge[i].lkey = wr->sg_list[i].lkey;
-		len += wr->sg_list[i].length;
-	}
-	r->length = len;
-	return 0;
 }
 
 int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
@@ -960,7 +622,7 @@ int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	int ret = 0;
 
 	pthread_mutex_lock(&qp->post_lock);
-	st = qp_state(qp);
+	st = wisp_qp_state(qp);
 	if (qp->srq || st == IBV_QPS_RESET) {
 		ret = EINVAL;
 		*bad_wr = wr;
@@ -973,7 +635,8 @@ int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 			ret = ENOMEM;
 			break;
 		}
-		ret = conv_recv(wr, rdmap_ring_slot(rq, tail), WISP_MAX_SGE);
+		ret = wisp_conv_recv(wr, rdmap_ring_slot(rq, tail),
+				     WISP_MAX_SGE);
 		if (ret)
 			break;
 		tail++;
@@ -985,146 +648,5 @@ int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		rdmap_qp_flush_idle(qp->core);
 out:
 	pthread_mutex_unlock(&qp->post_lock);
-	return ret;
-}
-
-/* ------------------------------------------------------------------ */
-/* Shared receive queues                                              */
-/* ------------------------------------------------------------------ */
-
-static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_attr *a,
-				  void *srq_context)
-{
-	struct wisp_srq *srq;
-	uint32_t size = 1;
-
-	if (!pd || !a || a->max_wr == 0 || a->max_wr > WISP_MAX_SRQ_WR ||
-	    a->max_sge > WISP_MAX_SGE) {
-		errno = EINVAL;
-		return NULL;
-	}
-	while (size < a->max_wr)
-		size <<= 1;
-	srq = calloc(1, sizeof(*srq));
-	if (srq)
-		srq->ring = calloc(size, sizeof(*srq->ring));
-	if (!srq || !srq->ring) {
-		free(srq);
-		errno = ENOMEM;
-		return NULL;
-	}
-	pthread_mutex_init(&srq->lock, NULL);
-	srq->size = size;
-	srq->max_wr = a->max_wr;
-	srq->max_sge = a->max_sge ? a->max_sge : 1;
-	srq->limit = a->srq_limit;
-	srq->base.context = pd->context;
-	srq->base.pd = pd;
-	srq->base.srq_context = srq_context;
-	pthread_mutex_init(&srq->base.mutex, NULL);
-	pthread_cond_init(&srq->base.cond, NULL);
-	a->max_sge = srq->max_sge;
-	wisp_pd_get(pd);
-	return &srq->base;
-}
-
-struct ibv_srq *wisp_create_srq(struct ibv_pd *pd,
-				struct ibv_srq_init_attr *attr)
-{
-	if (!attr) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return create_srq(pd, &attr->attr, attr->srq_context);
-}
-
-struct ibv_srq *wisp_create_srq_ex(struct ibv_context *ctx,
-				   struct ibv_srq_init_attr_ex *attr)
-{
-	(void)ctx;
-	if (!attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
-	    attr->srq_type != IBV_SRQT_BASIC) {
-		errno = EOPNOTSUPP;   /* XRC and tag matching */
-		return NULL;
-	}
-	return create_srq(attr->pd, &attr->attr, attr->srq_context);
-}
-
-int wisp_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
-		    int mask)
-{
-	struct wisp_srq *srq;
-
-	if (!ibsrq || !attr)
-		return EINVAL;
-	srq = to_wsrq(ibsrq);
-	if (mask & IBV_SRQ_MAX_WR)
-		return EOPNOTSUPP;    /* resizing is not offered */
-	if (mask & IBV_SRQ_LIMIT) {
-		if (attr->srq_limit > srq->max_wr)
-			return EINVAL;
-		pthread_mutex_lock(&srq->lock);
-		srq->limit = attr->srq_limit;
-		pthread_mutex_unlock(&srq->lock);
-	}
-	return 0;
-}
-
-int wisp_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
-{
-	struct wisp_srq *srq;
-
-	if (!ibsrq || !attr)
-		return EINVAL;
-	srq = to_wsrq(ibsrq);
-	pthread_mutex_lock(&srq->lock);
-	attr->max_wr = srq->max_wr;
-	attr->max_sge = srq->max_sge;
-	attr->srq_limit = srq->limit;
-	pthread_mutex_unlock(&srq->lock);
-	return 0;
-}
-
-int wisp_destroy_srq(struct ibv_srq *ibsrq)
-{
-	struct wisp_srq *srq;
-
-	if (!ibsrq)
-		return EINVAL;
-	srq = to_wsrq(ibsrq);
-	wisp_pd_put(ibsrq->pd);
-	pthread_mutex_destroy(&srq->lock);
-	pthread_cond_destroy(&ibsrq->cond);
-	pthread_mutex_destroy(&ibsrq->mutex);
-	free(srq->ring);
-	free(srq);
-	return 0;
-}
-
-int wisp_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
-		       struct ibv_recv_wr **bad_wr)
-{
-	struct wisp_srq *srq = to_wsrq(ibsrq);
-	int ret = 0;
-
-	pthread_mutex_lock(&srq->lock);
-	for (; wr; wr = wr->next) {
-		if (srq->tail - srq->head >= srq->max_wr) {
-			ret = ENOMEM;
-			break;
-		}
-		ret = conv_recv(wr, &srq->ring[srq->tail & (srq->size - 1)],
-				srq->max_sge);
-		if (ret)
-			break;
-		srq->tail++;
-	}
-	pthread_mutex_unlock(&srq->lock);
-	if (ret)
-		*bad_wr = wr;
 	return ret;
 }

@@ -5,17 +5,24 @@
  * The verbs objects, each embedding its rdma-core base struct first, and
  * the split of work between the files of this folder:
  *
- *   verbs_device.c  device list, open/close, context and its ops tables,
- *                   query device/port/gid/pkey, PD, async events
+ *   verbs_device.c  device list, open/close and the ops tables,
+ *                   query device/port/gid/pkey, PD
+ *   verbs_context.c the context: engine, STag table, async events
  *   verbs_misc.c    string helpers, rates, fork, compat and private stubs
  *   verbs_mr.c      memory registration (STag table in rdmap/)
  *   verbs_cq.c      CQs, completion channels, poll and notify
- *   verbs_qp.c      QPs, SRQs, post send/recv, the private stream calls
+ *   verbs_srq.c     SRQs
+ *   verbs_qp.c      QPs, post send/recv, the lifetime of a QP's stream
+ *   verbs_stream.c  a QP's stream as the engine sees it, and the private
+ *                   calls that attach and end it
  *   verbs_gid.c     the GID table, from the host's network interfaces
  *   verbs_entry.c   the exported MR/CQ/QP/SRQ verbs, thin over the above
  *   verbs_compat.c  IBVERBS_1.0 compat, IBVERBS_PRIVATE_34, kernel-ABI
  *                   helpers
  *   verbs_abi.h     what the library exports and how (force-included)
+ *
+ * verbs_internal.h holds the data-path objects and the order in which
+ * these files may call each other.
  *
  * Convention (rdma-core's): int-returning verbs return 0 or a positive
  * errno; constructors return NULL with errno set.
@@ -84,7 +91,7 @@ struct wisp_context {
 	unsigned int pd_cnt;           /* PDs allocated, under lock */
 };
 
-/* A queued asynchronous event (verbs_device.c owns the queue). */
+/* A queued asynchronous event (verbs_context.c owns the queue). */
 struct wisp_async_ev {
 	struct wisp_async_ev *next;
 	struct ibv_async_event ev;
@@ -120,16 +127,22 @@ static inline void wisp_pd_put(struct ibv_pd *pd)
 	__atomic_sub_fetch(&to_wpd(pd)->use_cnt, 1, __ATOMIC_ACQ_REL);
 }
 
+/* ---- verbs_context.c --------------------------------------------- */
+
+/* Set up the context's own state (async queue, locks) in a zeroed
+ * wctx. Returns 0 or a positive errno. */
+int wisp_context_init(struct wisp_context *wctx);
+
+/* Stop and free the context's engine and STag table, if any, and its
+ * async queue (called by close_device after every QP and MR is gone). */
+void wisp_context_fini(struct wisp_context *wctx);
+
 /* Queue an asynchronous event for ibv_get_async_event (any thread). */
 void wisp_async_event_push(struct ibv_context *ctx,
 			   const struct ibv_async_event *ev);
 
-/* Stop and free the context's engine and STag table, if any (called by
- * close_device after every QP and MR is gone). */
-void wisp_context_engine_stop(struct wisp_context *wctx);
-
 /* The context's STag table / engine, created on first use; NULL with
- * errno set on failure (verbs_mr.c / verbs_qp.c). */
+ * errno set on failure. */
 struct rdmap_stag_table *wisp_context_stags(struct wisp_context *wctx);
 struct glue_engine *wisp_context_engine(struct wisp_context *wctx);
 
@@ -184,6 +197,8 @@ int wisp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		   struct ibv_send_wr **bad_wr);
 int wisp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 		   struct ibv_recv_wr **bad_wr);
+
+/* ---- verbs_srq.c ------------------------------------------------- */
 struct ibv_srq *wisp_create_srq(struct ibv_pd *pd,
 				struct ibv_srq_init_attr *attr);
 struct ibv_srq *wisp_create_srq_ex(struct ibv_context *ctx,

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wisp's libibverbs.so.1, the objects of the data path without a
+ * connection: completion channels shared by several CQs, and the
+ * lifetime rules between SRQs and the QPs that use them. A QP moved to
+ * ERROR completes every receive posted to it at once, with
+ * IBV_WC_WR_FLUSH_ERR, on the posting thread: that makes completions,
+ * and so channel events, happen exactly when a test asks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <infiniband/verbs.h>
+
+static struct ibv_device **dev_list;
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+
+static void open_wisp0(void)
+{
+	int n = -1;
+
+	dev_list = ibv_get_device_list(&n);
+	cr_assert_not_null(dev_list, "ibv_get_device_list: %s", strerror(errno));
+	cr_assert_eq(n, 1);
+	ctx = ibv_open_device(dev_list[0]);
+	cr_assert_not_null(ctx, "ibv_open_device: %s", strerror(errno));
+	pd = ibv_alloc_pd(ctx);
+	cr_assert_not_null(pd);
+}
+
+static void close_wisp0(void)
+{
+	if (pd)
+		cr_expect_eq(ibv_dealloc_pd(pd), 0);
+	if (ctx)
+		cr_expect_eq(ibv_close_device(ctx), 0);
+	if (dev_list)
+		ibv_free_device_list(dev_list);
+	pd = NULL;
+	ctx = NULL;
+	dev_list = NULL;
+}
+
+TestSuite(verbs_objects, .init = open_wisp0, .fini = close_wisp0);
+
+/* An RC QP on cq (both queues), or on srq, moved to ERROR. */
+static struct ibv_qp *error_qp(struct ibv_cq *cq, struct ibv_srq *srq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .srq = srq,
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_ERR };
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+
+	cr_assert_not_null(qp, "create_qp: %s", strerror(errno));
+	cr_assert_eq(ibv_modify_qp(qp, &qa, IBV_QP_STATE), 0);
+	return qp;
+}
+
+/* Arm cq and make one completion on it (a flushed receive of qp). */
+static void fire(struct ibv_cq *cq, struct ibv_qp *qp, uint64_t wr_id)
+{
+	struct ibv_recv_wr wr = { .wr_id = wr_id }, *bad;
+
+	cr_assert_eq(ibv_req_notify_cq(cq, 0), 0);
+	cr_assert_eq(ibv_post_recv(qp, &wr, &bad), 0);
+}
+
+/*
+ * A CQ that fires again before its event was read ("arm, poll again,
+ * carry on without reading the event") gives one event per firing, and
+ * the events of the other CQs on the channel are neither lost nor
+ * repeated. Before the fix the CQ was linked a second time on the
+ * channel's list, which cut off the CQs behind it or looped.
+ */
+Test(verbs_objects, channel_cq_fires_again_before_read, .timeout = 20)
+{
+	enum { NCQ = 3 };
+	static const int order[] = { 0, 1, 0, 2, 0, 0, 1 };
+	const int nev = (int)(sizeof(order) / sizeof(order[0]));
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq[NCQ];
+	struct ibv_qp *qp[NCQ];
+	int want[NCQ] = { 0 }, got[NCQ] = { 0 };
+	int fl;
+
+	cr_assert_not_null(ch);
+	for (int i = 0; i < NCQ; i++) {
+		cq[i] = ibv_create_cq(ctx, 16, (void *)(uintptr_t)(i + 1), ch,
+				      0);
+		cr_assert_not_null(cq[i]);
+		qp[i] = error_qp(cq[i], NULL);
+	}
+	for (int k = 0; k < nev; k++) {
+		fire(cq[order[k]], qp[order[k]], (uint64_t)k);
+		want[order[k]]++;
+	}
+
+	fl = fcntl(ch->fd, F_GETFL);
+	cr_assert_eq(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK), 0);
+	for (int k = 0; k < nev; k++) {
+		struct ibv_cq *ev_cq = NULL;
+		void *ev_ctx = NULL;
+		int i;
+
+		cr_assert_eq(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0,
+			     "event %d of %d: %s", k + 1, nev, strerror(errno));
+		for (i = 0; i < NCQ && cq[i] != ev_cq; i++)
+			;
+		cr_assert_lt(i, NCQ, "event %d names one of the CQs", k + 1);
+		cr_assert_eq(ev_ctx, (void *)(uintptr_t)(i + 1));
+		got[i]++;
+	}
+	for (int i = 0; i < NCQ; i++)
+		cr_assert_eq(got[i], want[i], "CQ %d: %d events, %d fired", i,
+			     got[i], want[i]);
+	{
+		struct ibv_cq *ev_cq;
+		void *ev_ctx;
+
+		errno = 0;
+		cr_assert_eq(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), -1,
+			     "no event beyond those fired");
+		cr_assert_eq(errno, EAGAIN);
+	}
+
+	for (int i = 0; i < NCQ; i++) {
+		struct ibv_wc wc[8];
+
+		cr_assert_eq(ibv_poll_cq(cq[i], 8, wc), want[i]);
+		ibv_ack_cq_events(cq[i], (unsigned int)got[i]);
+		cr_assert_eq(ibv_destroy_qp(qp[i]), 0);
+		cr_assert_eq(ibv_destroy_cq(cq[i]), 0);
+	}
+	cr_assert_eq(ibv_destroy_comp_channel(ch), 0);
+}
+
+/* Destroying a CQ drops its unread events, and only its own. */
+Test(verbs_objects, channel_destroy_cq_drops_its_events, .timeout = 20)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *a, *b, *ev_cq;
+	struct ibv_qp *qa, *qb;
+	struct ibv_wc wc[4];
+	void *ev_ctx;
+	int fl;
+
+	cr_assert_not_null(ch);
+	a = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	b = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	cr_assert(a && b);
+	qa = error_qp(a, NULL);
+	qb = error_qp(b, NULL);
+	fire(a, qa, 1);
+	fire(b, qb, 2);
+	fire(a, qa, 3);
+	cr_assert_eq(ibv_destroy_qp(qa), 0);
+	cr_assert_eq(ibv_poll_cq(a, 4, wc), 2);
+	cr_assert_eq(ibv_destroy_cq(a), 0);
+
+	fl = fcntl(ch->fd, F_GETFL);
+	cr_assert_eq(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK), 0);
+	cr_assert_eq(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+	cr_assert_eq(ev_cq, b, "b's event is left, a's are gone");
+	errno = 0;
+	cr_assert_eq(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), -1);
+	cr_assert_eq(errno, EAGAIN);
+	ibv_ack_cq_events(b, 1);
+	cr_assert_eq(ibv_poll_cq(b, 4, wc), 1);
+	cr_assert_eq(ibv_destroy_qp(qb), 0);
+	cr_assert_eq(ibv_destroy_cq(b), 0);
+	cr_assert_eq(ibv_destroy_comp_channel(ch), 0);
+}
+
+/*
+ * ibv_destroy_srq of an SRQ that a QP still uses fails with EBUSY, as
+ * rdma-core's kernel path does (and wisp already did for CQs); before the
+ * fix it freed the SRQ under the QP.
+ */
+Test(verbs_objects, destroy_srq_in_use_is_busy)
+{
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_srq *srq;
+	struct ibv_qp *q1, *q2;
+
+	cr_assert_not_null(cq);
+	srq = ibv_create_srq(pd, &sa);
+	cr_assert_not_null(srq, "create_srq: %s", strerror(errno));
+	q1 = error_qp(cq, srq);
+	q2 = error_qp(cq, srq);
+	cr_assert_eq(ibv_destroy_srq(srq), EBUSY, "two QPs use it");
+	cr_assert_eq(ibv_destroy_qp(q1), 0);
+	cr_assert_eq(ibv_destroy_srq(srq), EBUSY, "one QP uses it");
+	cr_assert_eq(ibv_destroy_qp(q2), 0);
+	cr_assert_eq(ibv_destroy_srq(srq), 0, "no QP uses it any more");
+	cr_assert_eq(ibv_destroy_cq(cq), 0);
+}

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: MIT
+/*
+ * verbs_stream.c - a QP's TCP stream as the engine sees it: the four
+ * glue_conn_ops callbacks that move octets between the socket and the
+ * QP's core, the end of the stream, and the private calls of
+ * wisp_private.h that attach a connected socket to a QP, watch its end
+ * and disconnect it. The QP's own file (verbs_qp.c) closes and frees the
+ * stream; nothing there calls in here.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "glue.h"
+#include "rdmap_qp.h"
+#include "verbs_internal.h"
+
+/* ------------------------------------------------------------------ */
+/* The stream, seen from the engine                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The core stays locked from rx_want to rx_done, across the recvmsg
+ * between them (glue.h promises the pair, on one thread). The iovecs
+ * may point into a posted receive buffer or a tagged MR: while the
+ * kernel copies into them, no other thread may complete that receive
+ * (a flush: a send failing on a posting thread, a disconnect on the
+ * engine) or drop the MR references that keep ibv_dereg_mr waiting, or
+ * the application could reuse memory the kernel is still writing. Every
+ * path that does takes the core lock, so none can run inside the copy.
+ * The price: a tx_fill on another thread waits for one recvmsg.
+ */
+static int s_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct wisp_qp *qp = arg;
+
+	pthread_mutex_lock(&qp->core_lock);
+	return rdmap_qp_rx_want(qp->core, iov, cap);
+}
+
+static int s_rx_done(void *arg, size_t n)
+{
+	struct wisp_qp *qp = arg;
+	int ret = 0;
+
+	if (n)
+		ret = rdmap_qp_rx_done(qp->core, n);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+static int s_tx_fill(void *arg, struct iovec *iov, int cap)
+{
+	struct wisp_qp *qp = arg;
+	int ret;
+
+	pthread_mutex_lock(&qp->core_lock);
+	ret = rdmap_qp_tx_fill(qp->core, iov, cap);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+static int s_tx_done(void *arg, size_t n)
+{
+	struct wisp_qp *qp = arg;
+	int ret;
+
+	pthread_mutex_lock(&qp->core_lock);
+	ret = rdmap_qp_tx_done(qp->core, n);
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
+static int64_t s_timer(void *arg, int64_t now_ms, bool *send)
+{
+	struct wisp_qp *qp = arg;
+	int64_t next;
+
+	pthread_mutex_lock(&qp->core_lock);
+	next = rdmap_qp_tick(qp->core, now_ms, send);
+	pthread_mutex_unlock(&qp->core_lock);
+	return next;
+}
+
+static void s_ended(void *arg, int reason)
+{
+	struct wisp_qp *qp = arg;
+	struct wisp_stream *s = &qp->stream;
+	wisp_stream_end_fn fn;
+	void *fn_arg;
+
+	/* RFC 5040 5.6 / verbs: losing the stream is fatal to the QP;
+	 * every outstanding WR is flushed. */
+	wisp_qp_core_end(qp, reason);
+	wisp_qp_set_state(qp, IBV_QPS_ERR);
+	pthread_mutex_lock(&s->end_lock);
+	s->ended = true;
+	s->end_reason = reason;
+	fn = s->end_fn;
+	fn_arg = s->end_arg;
+	pthread_cond_broadcast(&s->end_cond);
+	pthread_mutex_unlock(&s->end_lock);
+	if (fn)
+		fn(&qp->base.qp, reason, fn_arg);
+}
+
+_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
+	       "rx_done flags pass through unchanged");
+
+static const struct glue_conn_ops stream_ops = {
+	.ended = s_ended,
+	.rx_done = s_rx_done,
+	.rx_want = s_rx_want,
+	.timer = s_timer,
+	.tx_done = s_tx_done,
+	.tx_fill = s_tx_fill,
+};
+
+/* ------------------------------------------------------------------ */
+/* wisp_private.h                                                     */
+/* ------------------------------------------------------------------ */
+
+/* The core's view of the negotiated stream; MULPDU from the socket. */
+static void stream_cfg(const struct wisp_qp *qp, int fd,
+		       const struct wisp_stream_params *p,
+		       struct rdmap_stream_cfg *s)
+{
+	int mss = 0;
+	socklen_t len = sizeof(mss);
+
+	/* FPDUs no larger than the MSS (RFC 5044 section 6.1: MULPDU from
+	 * EMSS) so that every FPDU can travel in one TCP segment. */
+	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 536)
+		mss = 1460;
+	s->mulpdu = mpa_mulpdu((uint32_t)mss, false);
+	s->crc = p->crc;
+	/* Not negotiated (rev 1, or rev 2 without the enhanced words):
+	 * fall back to the QP's own attributes. */
+	s->ird = p->ird ? p->ird : qp->ird;
+	s->ord = p->ord ? p->ord : qp->ord;
+	s->rtr = p->rtr == WISP_RTR_SEND_WRITE ? RDMAP_RTR_SEND_WRITE :
+		 p->rtr == WISP_RTR_SEND_READ ? RDMAP_RTR_SEND_READ :
+		 p->rtr == WISP_RTR_EXPECT ? RDMAP_RTR_EXPECT : RDMAP_RTR_NONE;
+}
+
+int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
+			  const struct wisp_stream_params *p)
+{
+	struct rdmap_stream_cfg s = { 0 };
+	struct glue_conn *c;
+	struct wisp_qp *qp;
+	enum ibv_qp_state st;
+	int ret;
+
+	if (!ibqp || !p || fd < 0 || (p->mpa_rev != 1 && p->mpa_rev != 2)) {
+		ret = EINVAL;
+		goto err_close;
+	}
+	if (p->markers) {
+		ret = EOPNOTSUPP;
+		goto err_close;
+	}
+	qp = to_wqp(ibqp);
+	st = wisp_qp_state(qp);
+	if (st != IBV_QPS_INIT && st != IBV_QPS_RTR && st != IBV_QPS_RTS) {
+		ret = EINVAL;
+		goto err_close;
+	}
+	if (qp->stream.conn) {
+		ret = EBUSY;
+		goto err_close;
+	}
+	qp->stream.engine = wisp_context_engine(to_wctx(ibqp->context));
+	if (!qp->stream.engine) {
+		ret = errno;
+		goto err_close;
+	}
+	stream_cfg(qp, fd, p, &s);
+	pthread_mutex_lock(&qp->post_lock);
+	ret = -rdmap_qp_start(qp->core, &s);
+	if (!ret)
+		wisp_qp_set_state(qp, IBV_QPS_RTS);
+	pthread_mutex_unlock(&qp->post_lock);
+	if (ret)
+		goto err_close;
+	qp->stream.ended = false;
+	c = glue_conn_add(qp->stream.engine, fd, &stream_ops, qp);
+	if (!c) {
+		ret = errno;
+		wisp_qp_core_end(qp, ret);
+		wisp_qp_set_state(qp, IBV_QPS_ERR);
+		return ret;
+	}
+	qp->stream.conn = c;
+	/* From now on a thread polling an empty CQ of the QP may receive
+	 * on the stream itself. */
+	wisp_cq_add_conn(qp->scq, c);
+	if (qp->rcq != qp->scq)
+		wisp_cq_add_conn(qp->rcq, c);
+	/* WRs posted between start and now were not kicked. */
+	glue_conn_kick(c);
+	return 0;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
+int wisp_qp_set_stream_end_cb(struct ibv_qp *ibqp, wisp_stream_end_fn fn,
+			      void *arg)
+{
+	struct wisp_stream *s;
+
+	if (!ibqp)
+		return EINVAL;
+	s = &to_wqp(ibqp)->stream;
+	pthread_mutex_lock(&s->end_lock);
+	s->end_fn = fn;
+	s->end_arg = arg;
+	pthread_mutex_unlock(&s->end_lock);
+	return 0;
+}
+
+int wisp_qp_disconnect(struct ibv_qp *ibqp)
+{
+	struct wisp_qp *qp;
+
+	if (!ibqp)
+		return EINVAL;
+	qp = to_wqp(ibqp);
+	if (!qp->stream.conn) {
+		wisp_qp_core_end(qp, 0);
+		wisp_qp_set_state(qp, IBV_QPS_ERR);
+		return 0;
+	}
+	wisp_qp_stream_close(qp, 0, true);
+	return 0;
+}
