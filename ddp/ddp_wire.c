@@ -114,13 +114,13 @@ int ddp_hdr_build(const struct ddp_hdr *h, uint8_t *buf, size_t cap)
 	buf[DDP_OFF_ULP_CTRL] = h->ulp_ctrl;
 
 	if (h->tagged) {
-		ddp_put_be32(buf + DDP_OFF_STAG, h->t.stag);
-		ddp_put_be64(buf + DDP_OFF_TO, h->t.to);
+		wisp_put_be32(buf + DDP_OFF_STAG, h->t.stag);
+		wisp_put_be64(buf + DDP_OFF_TO, h->t.to);
 	} else {
-		ddp_put_be32(buf + DDP_OFF_ULP_WORD, h->u.ulp_word);
-		ddp_put_be32(buf + DDP_OFF_QN, h->u.qn);
-		ddp_put_be32(buf + DDP_OFF_MSN, h->u.msn);
-		ddp_put_be32(buf + DDP_OFF_MO, h->u.mo);
+		wisp_put_be32(buf + DDP_OFF_ULP_WORD, h->u.ulp_word);
+		wisp_put_be32(buf + DDP_OFF_QN, h->u.qn);
+		wisp_put_be32(buf + DDP_OFF_MSN, h->u.msn);
+		wisp_put_be32(buf + DDP_OFF_MO, h->u.mo);
 	}
 	return (int)len;
 }
@@ -158,13 +158,13 @@ int ddp_hdr_parse(const uint8_t *buf, size_t len, struct ddp_hdr *h,
 	h->dv = hdr[DDP_OFF_CTRL] & DDP_CTRL_DV_MASK;
 	h->ulp_ctrl = hdr[DDP_OFF_ULP_CTRL];
 	if (h->tagged) {
-		h->t.stag = ddp_get_be32(hdr + DDP_OFF_STAG);
-		h->t.to = ddp_get_be64(hdr + DDP_OFF_TO);
+		h->t.stag = wisp_get_be32(hdr + DDP_OFF_STAG);
+		h->t.to = wisp_get_be64(hdr + DDP_OFF_TO);
 	} else {
-		h->u.ulp_word = ddp_get_be32(hdr + DDP_OFF_ULP_WORD);
-		h->u.qn = ddp_get_be32(hdr + DDP_OFF_QN);
-		h->u.msn = ddp_get_be32(hdr + DDP_OFF_MSN);
-		h->u.mo = ddp_get_be32(hdr + DDP_OFF_MO);
+		h->u.ulp_word = wisp_get_be32(hdr + DDP_OFF_ULP_WORD);
+		h->u.qn = wisp_get_be32(hdr + DDP_OFF_QN);
+		h->u.msn = wisp_get_be32(hdr + DDP_OFF_MSN);
+		h->u.mo = wisp_get_be32(hdr + DDP_OFF_MO);
 	}
 
 	/*
