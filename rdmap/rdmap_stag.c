@@ -4,6 +4,8 @@
  */
 #include "rdmap_stag.h"
 
+#include "ddp.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -148,11 +150,13 @@ enum rdmap_mr_check rdmap_mr_check(const struct rdmap_mr *mr, const void *pd,
 		return RDMAP_MR_WRONG_PD;
 	if ((mr->access & acc) != acc)
 		return RDMAP_MR_RIGHTS;
-	if (len == 0)
+	/* The same range check DDP applies to tagged placement. */
+	switch (ddp_tagged_range(mr->iova, mr->length, to, len)) {
+	case DDP_ERR_NONE:
 		return RDMAP_MR_OK;
-	if (to + len < to)
+	case DDP_ERR_T_TO_WRAP:
 		return RDMAP_MR_WRAP;
-	if (to < mr->iova || to + len > mr->iova + mr->length)
+	default:
 		return RDMAP_MR_BOUNDS;
-	return RDMAP_MR_OK;
+	}
 }

@@ -76,7 +76,10 @@ static inline void rdmap_mr_put(struct rdmap_mr *mr)
 
 /* Check access to [to, to + len) of mr for pd with rights acc. Returns
  * 0, or which check failed: 1 invalid (invalidated), 2 wrong PD, 3 rights,
- * 4 TO wrap, 5 out of bounds. Zero-length ranges need only 1..3. */
+ * 4 TO wrap, 5 out of bounds. Zero-length ranges need only 1..3. The
+ * range part (4, 5) is ddp_tagged_range(), the check DDP applies to
+ * tagged placement, so local SGEs, Read Request sources and placement
+ * agree on every edge. */
 enum rdmap_mr_check {
 	RDMAP_MR_OK = 0,
 	RDMAP_MR_INVALID,
