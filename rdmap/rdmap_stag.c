@@ -29,15 +29,19 @@ int rdmap_stag_table_init(struct rdmap_stag_table *t, uint32_t max_entries)
 void rdmap_stag_table_fini(struct rdmap_stag_table *t)
 {
 	for (size_t i = 0; i < sizeof(t->chunk) / sizeof(t->chunk[0]); i++)
-		free((void *)t->chunk[i]);
+		free(atomic_load_explicit(&t->chunk[i], memory_order_relaxed));
 	free(t->free_idx);
 	pthread_mutex_destroy(&t->lock);
 }
 
-static _Atomic(struct rdmap_mr *) *slot(struct rdmap_stag_table *t,
-					uint32_t index)
+/* The slot of index, or NULL if its chunk was never allocated. Chunks
+ * are published with release and freed only by table_fini. */
+static struct rdmap_stag_slot *slot(struct rdmap_stag_table *t,
+				    uint32_t index)
 {
-	_Atomic(struct rdmap_mr *) *c = t->chunk[index >> CHUNK_SHIFT];
+	struct rdmap_stag_slot *c =
+		atomic_load_explicit(&t->chunk[index >> CHUNK_SHIFT],
+				     memory_order_acquire);
 
 	return c ? &c[index & CHUNK_MASK] : NULL;
 }
@@ -57,6 +61,7 @@ static uint8_t random_key(void)
 
 int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 {
+	struct rdmap_stag_slot *s;
 	uint32_t index;
 	int ret = 0;
 
@@ -65,24 +70,32 @@ int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 		index = t->free_idx[--t->nfree];
 	} else if (t->next_index <= t->max_index) {
 		index = t->next_index;
-		if (!t->chunk[index >> CHUNK_SHIFT]) {
-			t->chunk[index >> CHUNK_SHIFT] =
-				calloc(CHUNK_SIZE, sizeof(*t->chunk[0]));
-			if (!t->chunk[index >> CHUNK_SHIFT]) {
+		if (!slot(t, index)) {
+			struct rdmap_stag_slot *c =
+				calloc(CHUNK_SIZE, sizeof(*c));
+
+			if (!c) {
 				ret = -ENOMEM;
 				goto out;
 			}
+			atomic_store_explicit(&t->chunk[index >> CHUNK_SHIFT],
+					      c, memory_order_release);
 		}
 		t->next_index++;
 	} else {
 		ret = -ENOSPC;
 		goto out;
 	}
+	s = slot(t, index);
 	mr->stag = index << RDMAP_STAG_KEY_BITS |
 		   (t->fixed_key ? t->fixed_key : random_key());
-	atomic_init(&mr->refs, 0);
+	mr->slot = s;
 	atomic_init(&mr->valid, true);
-	atomic_store_explicit(slot(t, index), mr, memory_order_release);
+	/* The MR is complete before the word that lets lookups in. */
+	atomic_store_explicit(&s->mr, mr, memory_order_relaxed);
+	atomic_store_explicit(&s->word,
+			      (uint64_t)mr->stag << 32 | RDMAP_SLOT_LIVE,
+			      memory_order_release);
 out:
 	pthread_mutex_unlock(&t->lock);
 	return ret;
@@ -91,16 +104,24 @@ out:
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 {
 	uint32_t index = mr->stag >> RDMAP_STAG_KEY_BITS;
+	struct rdmap_stag_slot *s = mr->slot;
 	uint32_t *fi;
 
 	atomic_store(&mr->valid, false);
-	atomic_store(slot(t, index), NULL);
-	/* A lookup that raced with us has either seen NULL or holds a
-	 * reference that it drops once its placement is over. */
-	while (atomic_load_explicit(&mr->refs, memory_order_acquire) > 0)
+	/* Unpublish: with LIVE clear no lookup can take a new reference
+	 * (its compare-and-swap expects LIVE); the ones already taken stay
+	 * counted in the word. */
+	atomic_fetch_and_explicit(&s->word, ~RDMAP_SLOT_LIVE,
+				  memory_order_acq_rel);
+	/* Wait for them: each put is a release, so every placement into the
+	 * MR happens before this loop ends. */
+	while (atomic_load_explicit(&s->word, memory_order_acquire) &
+	       RDMAP_SLOT_REFS)
 		sched_yield();
+	atomic_store_explicit(&s->mr, NULL, memory_order_relaxed);
 
 	pthread_mutex_lock(&t->lock);
+	atomic_store_explicit(&s->word, 0, memory_order_relaxed);
 	if (t->nfree == t->free_cap) {
 		uint32_t cap = t->free_cap ? t->free_cap * 2 : 64;
 
@@ -118,27 +139,27 @@ out:
 struct rdmap_mr *rdmap_stag_get(struct rdmap_stag_table *t, uint32_t stag)
 {
 	uint32_t index = stag >> RDMAP_STAG_KEY_BITS;
-	_Atomic(struct rdmap_mr *) *s;
-	struct rdmap_mr *mr;
+	struct rdmap_stag_slot *s;
+	uint64_t w;
 
 	if (index == 0 || index > t->max_index)
 		return NULL;
 	s = slot(t, index);
 	if (!s)
 		return NULL;
-	mr = atomic_load_explicit(s, memory_order_acquire);
-	if (!mr)
-		return NULL;
-	atomic_fetch_add_explicit(&mr->refs, 1, memory_order_acq_rel);
-	/* Re-check after taking the reference: remove() unpublishes first
-	 * and only then waits for references, so either we see NULL here
-	 * or remove() waits for us. */
-	if (atomic_load_explicit(s, memory_order_acquire) != mr ||
-	    mr->stag != stag) {
-		rdmap_mr_put(mr);
-		return NULL;
-	}
-	return mr;
+	/* Reference-while-live: the slot outlives any MR, so reading and
+	 * CASing its word is always safe; the CAS succeeds only if the slot
+	 * still publishes this very STag, and once it has, remove() waits
+	 * for us before the MR can be freed. */
+	w = atomic_load_explicit(&s->word, memory_order_acquire);
+	do {
+		if ((uint32_t)(w >> 32) != stag || !(w & RDMAP_SLOT_LIVE) ||
+		    (w & RDMAP_SLOT_REFS) == RDMAP_SLOT_REFS)
+			return NULL;
+	} while (!atomic_compare_exchange_weak_explicit(&s->word, &w, w + 1,
+							memory_order_acquire,
+							memory_order_acquire));
+	return atomic_load_explicit(&s->mr, memory_order_relaxed);
 }
 
 enum rdmap_mr_check rdmap_mr_check(const struct rdmap_mr *mr, const void *pd,

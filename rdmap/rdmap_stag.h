@@ -10,10 +10,23 @@
  * names memory.
  *
  * Concurrency: registration and deregistration run on application
- * threads, lookups on engine threads. Lookups are lock-free; a lookup
- * takes a reference that the caller drops with rdmap_mr_put(), and
- * rdmap_stag_remove() waits until no reference is left, so memory is
- * never placed into after ibv_dereg_mr() returns.
+ * threads, lookups on engine threads. Lookups are lock-free and safe by
+ * construction against a concurrent deregistration that frees the MR:
+ *
+ *  - The table's slots are type-stable: a slot's memory lives as long as
+ *    the table, whatever happens to the MR it names.
+ *  - A slot holds one 64-bit word: the STag it is published under, a
+ *    LIVE bit and the count of references taken on the MR.
+ *  - A lookup reads only the slot, then takes a reference with one
+ *    compare-and-swap that succeeds only while the word still carries the
+ *    same STag with LIVE set. Only then does it read the MR pointer and
+ *    touch the MR; it never dereferences an MR it holds no reference on.
+ *  - rdmap_stag_remove() clears LIVE (no new reference can be taken from
+ *    then on), waits until the count drops to zero and only then
+ *    releases the slot; the caller may free the MR as soon as it returns.
+ *
+ * So memory is never placed into after ibv_dereg_mr() returns, and a
+ * lookup never reads freed memory.
  */
 #ifndef WISP_RDMAP_STAG_H
 #define WISP_RDMAP_STAG_H
@@ -32,20 +45,31 @@
 #define RDMAP_STAG_INDEX_BITS   24
 #define RDMAP_STAG_KEY_BITS     8
 
+/*
+ * One table slot (see the header comment). word = STag << 32 |
+ * RDMAP_SLOT_LIVE | references; 0 when the slot is free.
+ */
+#define RDMAP_SLOT_LIVE         0x80000000ull
+#define RDMAP_SLOT_REFS         0x7fffffffull
+struct rdmap_stag_slot {
+	_Atomic uint64_t word;
+	struct rdmap_mr *_Atomic mr;
+};
+
 struct rdmap_mr {
-	uint32_t stag;            /* index << 8 | key */
+	uint32_t stag;            /* set by rdmap_stag_insert() */
 	uint8_t *addr;            /* host address of the first octet */
 	uint64_t iova;            /* the address (TO) peers use for it */
 	uint64_t length;
 	uint32_t access;          /* RDMAP_ACC_* */
 	const void *pd;           /* protection domain identity */
 	atomic_bool valid;        /* cleared by invalidation */
-	atomic_int refs;          /* lookups not yet put back */
+	struct rdmap_stag_slot *slot; /* where its references are counted */
 };
 
 struct rdmap_stag_table {
 	pthread_mutex_t lock;     /* registration side only */
-	_Atomic(struct rdmap_mr *) *chunk[1u << 12];
+	_Atomic(struct rdmap_stag_slot *) chunk[1u << 12];
 	uint32_t next_index;      /* first never-used index */
 	uint32_t *free_idx;       /* stack of reusable indexes */
 	uint32_t nfree, free_cap;
@@ -55,23 +79,28 @@ struct rdmap_stag_table {
 
 /* Returns 0 or -ENOMEM. max_entries is capped at 2^24 - 1. */
 int rdmap_stag_table_init(struct rdmap_stag_table *t, uint32_t max_entries);
+/* Frees the table; no MR may be registered in it any more. */
 void rdmap_stag_table_fini(struct rdmap_stag_table *t);
 
 /* Give mr an STag (random key) and publish it, valid. Returns 0, -ENOMEM
  * or -ENOSPC (table full). */
 int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 
-/* Unpublish mr and wait for every reference taken on it to be put. */
+/* Unpublish mr and wait for every reference taken on it to be put; the
+ * caller may free mr once this returns. */
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 
 /* The MR named by stag with a reference taken, or NULL if the index is
- * unused or the key does not match. Valid or not: the caller checks. */
+ * unused or the key does not match. Valid or not: the caller checks.
+ * Lock-free; safe against a concurrent rdmap_stag_remove(). */
 struct rdmap_mr *rdmap_stag_get(struct rdmap_stag_table *t, uint32_t stag);
 
+/* Drop a reference taken by rdmap_stag_get(); NULL is ignored. */
 static inline void rdmap_mr_put(struct rdmap_mr *mr)
 {
 	if (mr)
-		atomic_fetch_sub_explicit(&mr->refs, 1, memory_order_release);
+		atomic_fetch_sub_explicit(&mr->slot->word, 1,
+					  memory_order_release);
 }
 
 /* Check access to [to, to + len) of mr for pd with rights acc. Returns
