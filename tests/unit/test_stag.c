@@ -167,7 +167,7 @@ Test(stag, lookup_races_dereg, .timeout = 60)
 		*m = mr_at(0x1000, 4096);
 		cr_assert_eq(rdmap_stag_insert(&r->t, m), 0);
 		atomic_store_explicit(&r->stag, m->stag, memory_order_relaxed);
-		for (int spin = 0; spin < 64; spin++)
+		for (int spin = 0; spin < 1024; spin++)
 			__asm__ volatile("" ::: "memory");
 		rdmap_stag_remove(&r->t, m);
 		free(m);
