@@ -3,11 +3,29 @@
  * rdmap_stag.h - the STag table: which memory a remote peer (or a local
  * work request) may name, and how.
  *
- * An STag is a 24-bit index into the table and an 8-bit key (RFC 5040
- * section 2.1: "STag ... key" and section 8.2 on guessing): the key is
- * drawn at random at each registration, so a stale or guessed STag of a
- * reused index fails the lookup. Index 0 is never used, so STag 0 never
- * names memory.
+ * An STag is 32 bits on the wire (RFC 5040 2.1), written here as a 24-bit
+ * index and an 8-bit key, the key being the part RFC 5040 lets a
+ * consumer own. wisp has no memory windows, so no consumer owns a key:
+ * every bit an STag can carry is drawn at random, which is what makes an
+ * STag hard to guess (RFC 5040 8.2, RFC 5042):
+ *
+ *  - The table has 2^k slots, a power of two at least twice the number
+ *    of MRs it may hold (k = 21 for the 2^20 MRs of an ibv_context, at
+ *    most 24). The low k bits of the index pick the slot, and the slot is
+ *    drawn at random (getrandom) among the free ones; the upper 24 - k
+ *    index bits and the 8 key bits are drawn at random too and must match
+ *    on lookup. So every STag a registration can get is about equally
+ *    likely: a blind guess hits one of N live MRs with a probability of
+ *    about N / 2^32, and seeing an old STag of a buffer says nothing of
+ *    the STag it gets when registered again.
+ *  - A freed slot is quarantined: it returns to use only after the next
+ *    min(2^k / 4, 4096) deregistrations (FIFO), so a stale STag never
+ *    lands on a fresh MR soon, even by chance.
+ *  - Slot 0 is never used, so STag 0 never names memory.
+ *
+ * A table with fixed_key set (tests and fuzzing only) hands out the
+ * lowest free slot with the upper index bits zero and that key, so that
+ * seeds can name STags (index 1, 2, ... as long as nothing was freed).
  *
  * Concurrency: registration and deregistration run on application
  * threads, lookups on engine threads. Lookups are lock-free and safe by
@@ -69,30 +87,32 @@ struct rdmap_mr {
 
 struct rdmap_stag_table {
 	pthread_mutex_t lock;     /* registration side only */
-	_Atomic(struct rdmap_stag_slot *) chunk[1u << 12];
-	uint32_t next_index;      /* first never-used index */
-	uint32_t *free_idx;       /* stack of reusable indexes */
-	uint32_t nfree, free_cap;
-	uint32_t max_index;
+	_Atomic(struct rdmap_stag_slot *) *chunk; /* 2^slot_bits slots */
+	uint32_t slot_bits;       /* k: slot = index mod 2^k */
+	uint32_t nlive, max_live;
+	uint32_t *quar;           /* FIFO of freed slots, quar_cap long */
+	uint32_t quar_cap, quar_len, quar_head;
 	uint8_t fixed_key;        /* tests and fuzzing only: not 0 = use it */
 };
 
-/* Returns 0 or -ENOMEM. max_entries is capped at 2^24 - 1. */
+/* Room for max_entries MRs (0 or more than 2^24 - 1 mean 2^24 - 1).
+ * Returns 0, -ENOMEM, or a pthread error as -errno. */
 int rdmap_stag_table_init(struct rdmap_stag_table *t, uint32_t max_entries);
 /* Frees the table; no MR may be registered in it any more. */
 void rdmap_stag_table_fini(struct rdmap_stag_table *t);
 
-/* Give mr an STag (random key) and publish it, valid. Returns 0, -ENOMEM
- * or -ENOSPC (table full). */
+/* Give mr a fresh random STag and publish it, valid. Returns 0, -ENOMEM
+ * or -ENOSPC (max_entries MRs are registered). Takes the table lock and
+ * a getrandom() call or a few. */
 int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 
 /* Unpublish mr and wait for every reference taken on it to be put; the
  * caller may free mr once this returns. */
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 
-/* The MR named by stag with a reference taken, or NULL if the index is
- * unused or the key does not match. Valid or not: the caller checks.
- * Lock-free; safe against a concurrent rdmap_stag_remove(). */
+/* The MR named by stag with a reference taken, or NULL if no live MR has
+ * exactly that STag. Valid or not: the caller checks. O(1), lock-free;
+ * safe against a concurrent rdmap_stag_remove(). */
 struct rdmap_mr *rdmap_stag_get(struct rdmap_stag_table *t, uint32_t stag);
 
 /* Drop a reference taken by rdmap_stag_get(); NULL is ignored. */

@@ -182,3 +182,190 @@ Test(stag, lookup_races_dereg, .timeout = 60)
 	rdmap_stag_table_fini(&r->t);
 	free(r);
 }
+
+/* ---- how hard STags are to guess ------------------------------------ */
+
+/* As many MRs as an ibv_context allows (WISP_MAX_MR in verbs-provider). */
+#define GUESS_TABLE   (1u << 20)
+#define GUESS_LIVE    1024u
+/* The floor: a blind attacker needs at least this many guesses per hit,
+ * i.e. GUESS_FLOOR * GUESS_LIVE to hit one given MR. An ideal 32-bit
+ * STag gives 2^32 / GUESS_LIVE = 2^22 per hit; the floor leaves a
+ * factor 16 for chance. */
+#define GUESS_FLOOR   (1u << 18)
+
+static uint64_t xs64(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+struct guess_ctx {
+	struct rdmap_stag_table t;
+	struct rdmap_mr mr[GUESS_LIVE];
+};
+
+static struct guess_ctx *guess_setup(void)
+{
+	struct guess_ctx *g = calloc(1, sizeof(*g));
+
+	cr_assert_not_null(g);
+	cr_assert_eq(rdmap_stag_table_init(&g->t, GUESS_TABLE), 0);
+	for (uint32_t i = 0; i < GUESS_LIVE; i++) {
+		g->mr[i] = mr_at(0x1000, 4096);
+		cr_assert_eq(rdmap_stag_insert(&g->t, &g->mr[i]), 0);
+	}
+	return g;
+}
+
+static void guess_teardown(struct guess_ctx *g)
+{
+	for (uint32_t i = 0; i < GUESS_LIVE; i++)
+		rdmap_stag_remove(&g->t, &g->mr[i]);
+	rdmap_stag_table_fini(&g->t);
+	free(g);
+}
+
+/* One guess: does stag name a live MR? */
+static bool guess_hits(struct rdmap_stag_table *t, uint32_t stag)
+{
+	struct rdmap_mr *m = rdmap_stag_get(t, stag);
+
+	rdmap_mr_put(m);
+	return m != NULL;
+}
+
+/* Guesses per hit, a lower bound when nothing was hit. */
+static double per_hit(uint64_t guesses, uint64_t hits)
+{
+	return (double)guesses / (double)(hits ? hits : 1);
+}
+
+/*
+ * A blind attacker with GUESS_LIVE MRs registered: one who guesses
+ * uniformly at random over the 32-bit STag space, and one who knows how
+ * a table fills (indexes from 1 up) and tries every key of the first
+ * 2^15 indexes. Each needs at least GUESS_FLOOR guesses per hit.
+ */
+Test(stag, blind_guesses_floor, .timeout = 120)
+{
+	struct guess_ctx *g = guess_setup();
+	const uint64_t n = 1u << 23;
+	uint64_t seed = 0x2545f4914f6cdd1dull;
+	uint64_t hits_u = 0, hits_d = 0;
+	double e_u, e_d;
+
+	for (uint64_t i = 0; i < n; i++)
+		hits_u += guess_hits(&g->t, (uint32_t)xs64(&seed));
+	for (uint64_t i = 0; i < n; i++)
+		hits_d += guess_hits(&g->t, (uint32_t)(i + 256));
+	e_u = per_hit(n, hits_u);
+	e_d = per_hit(n, hits_d);
+	cr_log_info("%u live MRs: uniform attacker %llu hits in %llu guesses "
+		    "(%.3g guesses per hit, %.3g to hit one given MR); "
+		    "dense-index attacker %llu hits (%.3g per hit)",
+		    GUESS_LIVE, (unsigned long long)hits_u,
+		    (unsigned long long)n, e_u, e_u * GUESS_LIVE,
+		    (unsigned long long)hits_d, e_d);
+	cr_assert_geq(e_u, GUESS_FLOOR, "uniform: %.3g guesses per hit", e_u);
+	cr_assert_geq(e_d, GUESS_FLOOR, "dense: %.3g guesses per hit", e_d);
+	guess_teardown(g);
+}
+
+/*
+ * An attacker who saw an STag of an MR before it was deregistered and
+ * registered again (the same buffer, e.g. a ULP's recycled pool) tries
+ * every key at the old STag's index. With prompt index reuse that found
+ * the new STag in 128 guesses on average; it must now take at least
+ * GUESS_FLOOR guesses per hit.
+ */
+Test(stag, old_stag_guesses_floor, .timeout = 120)
+{
+	struct guess_ctx *g = guess_setup();
+	const uint32_t trials = 1u << 14;
+	struct rdmap_mr x = mr_at(0x1000, 4096);
+	uint64_t hits = 0, same_index = 0;
+	double e;
+
+	for (uint32_t i = 0; i < trials; i++) {
+		uint32_t old, idx;
+
+		cr_assert_eq(rdmap_stag_insert(&g->t, &x), 0);
+		old = x.stag;
+		rdmap_stag_remove(&g->t, &x);
+		cr_assert_eq(rdmap_stag_insert(&g->t, &x), 0);
+		idx = old >> RDMAP_STAG_KEY_BITS;
+		same_index += (x.stag >> RDMAP_STAG_KEY_BITS) == idx;
+		for (uint32_t key = 0; key < 256; key++) {
+			struct rdmap_mr *m = rdmap_stag_get(&g->t,
+				idx << RDMAP_STAG_KEY_BITS | key);
+
+			hits += m == &x;
+			rdmap_mr_put(m);
+		}
+		rdmap_stag_remove(&g->t, &x);
+	}
+	e = per_hit((uint64_t)trials * 256, hits);
+	cr_log_info("old STag seen: %llu of %u re-registrations at the same "
+		    "index, %llu hits, %.3g guesses per hit",
+		    (unsigned long long)same_index, trials,
+		    (unsigned long long)hits, e);
+	cr_assert_geq(e, GUESS_FLOOR, "%.3g guesses per hit", e);
+	guess_teardown(g);
+}
+
+/*
+ * The whole 32 bits are drawn: the top octet of the live STags (index
+ * bits a dense table leaves at zero) takes most of its 256 values.
+ */
+Test(stag, stags_use_the_full_space)
+{
+	struct guess_ctx *g = guess_setup();
+	bool seen[256] = { false };
+	unsigned int distinct = 0;
+
+	for (uint32_t i = 0; i < GUESS_LIVE; i++) {
+		uint8_t top = (uint8_t)(g->mr[i].stag >> 24);
+
+		distinct += !seen[top];
+		seen[top] = true;
+	}
+	cr_log_info("%u distinct top octets among %u STags", distinct,
+		    GUESS_LIVE);
+	/* Uniform: about 256 * (1 - e^-4) = 251 expected. */
+	cr_assert_geq(distinct, 200);
+	guess_teardown(g);
+}
+
+/*
+ * A freed index is not handed out again soon: in a small table (64
+ * entries) an index comes back no sooner than 16 deregistrations later.
+ */
+Test(stag, freed_index_quarantined)
+{
+	enum { HIST = 16, ROUNDS = 20000 };
+	struct rdmap_stag_table t;
+	struct rdmap_mr m = mr_at(0x1000, 4096);
+	uint32_t hist[HIST] = { 0 };
+	unsigned int early = 0;
+
+	cr_assert_eq(rdmap_stag_table_init(&t, 64), 0);
+	for (uint32_t r = 0; r < ROUNDS; r++) {
+		bool reused = false;
+		uint32_t idx;
+
+		cr_assert_eq(rdmap_stag_insert(&t, &m), 0);
+		idx = m.stag >> RDMAP_STAG_KEY_BITS;
+		for (int h = 0; h < HIST; h++)
+			reused |= hist[h] == idx;
+		early += reused;
+		hist[r % HIST] = idx;
+		rdmap_stag_remove(&t, &m);
+	}
+	cr_log_info("%u of %u registrations reused an index freed in the last "
+		    "%d", early, ROUNDS, HIST);
+	cr_assert_eq(early, 0);
+	rdmap_stag_table_fini(&t);
+}
