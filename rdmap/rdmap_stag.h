@@ -3,11 +3,12 @@
  * rdmap_stag.h - the STag table: which memory a remote peer (or a local
  * work request) may name, and how.
  *
- * An STag is 32 bits on the wire (RFC 5040 2.1), written here as a 24-bit
- * index and an 8-bit key, the key being the part RFC 5040 lets a
- * consumer own. wisp has no memory windows, so no consumer owns a key:
- * every bit an STag can carry is drawn at random, which is what makes an
- * STag hard to guess (RFC 5040 8.2, RFC 5042):
+ * An STag is 32 bits on the wire, written here as a 24-bit index and an
+ * 8-bit key, the split of the RDMA verbs, where the key is the part a
+ * consumer may own (memory windows). wisp has no memory windows, so no
+ * consumer owns a key: every bit an STag can carry is drawn at random,
+ * which is what makes an STag hard to guess (see the security
+ * considerations of RFC 5040 and RFC 5042):
  *
  *  - The table has 2^k slots, a power of two at least twice the number
  *    of MRs it may hold (k = 21 for the 2^20 MRs of an ibv_context, at
@@ -65,7 +66,8 @@
 
 /*
  * One table slot (see the header comment). word = STag << 32 |
- * RDMAP_SLOT_LIVE | references; 0 when the slot is free.
+ * RDMAP_SLOT_LIVE | references: 0 when the slot is free, the STag alone
+ * while it is quarantined.
  */
 #define RDMAP_SLOT_LIVE         0x80000000ull
 #define RDMAP_SLOT_REFS         0x7fffffffull
