@@ -157,6 +157,19 @@ struct ddp_tagged_buf {
 int ddp_check_tagged(const struct ddp_hdr *h, uint32_t payload_len,
 		     const struct ddp_tagged_buf *buf, enum ddp_error *err);
 
+/*
+ * Is the range [to, to + len) inside the tagged buffer that starts at
+ * base_to and holds buf_len octets? The range check of ddp_check_tagged(),
+ * also used by RDMAP for local SGEs and Read Request sources. Returns
+ * DDP_ERR_NONE if so (always for len 0), DDP_ERR_T_TO_WRAP if the 64-bit
+ * sum to + len wraps (to + len == 2^64 included, RFC 5041 7.1), else
+ * DDP_ERR_T_BASE_BOUNDS if any octet lies outside the buffer (a buffer of
+ * buf_len 0 holds none). Correct for every input: no intermediate sum can
+ * wrap, e.g. for a buffer that ends at TO 2^64 - 1.
+ */
+enum ddp_error ddp_tagged_range(uint64_t base_to, uint64_t buf_len,
+				uint64_t to, uint64_t len);
+
 /* ------------------------------------------------------------------ */
 /* Segmentation (RFC 5041 section 5)                                  */
 /* ------------------------------------------------------------------ */

@@ -114,13 +114,13 @@ int ddp_hdr_build(const struct ddp_hdr *h, uint8_t *buf, size_t cap)
 	buf[DDP_OFF_ULP_CTRL] = h->ulp_ctrl;
 
 	if (h->tagged) {
-		ddp_put_be32(buf + DDP_OFF_STAG, h->t.stag);
-		ddp_put_be64(buf + DDP_OFF_TO, h->t.to);
+		wisp_put_be32(buf + DDP_OFF_STAG, h->t.stag);
+		wisp_put_be64(buf + DDP_OFF_TO, h->t.to);
 	} else {
-		ddp_put_be32(buf + DDP_OFF_ULP_WORD, h->u.ulp_word);
-		ddp_put_be32(buf + DDP_OFF_QN, h->u.qn);
-		ddp_put_be32(buf + DDP_OFF_MSN, h->u.msn);
-		ddp_put_be32(buf + DDP_OFF_MO, h->u.mo);
+		wisp_put_be32(buf + DDP_OFF_ULP_WORD, h->u.ulp_word);
+		wisp_put_be32(buf + DDP_OFF_QN, h->u.qn);
+		wisp_put_be32(buf + DDP_OFF_MSN, h->u.msn);
+		wisp_put_be32(buf + DDP_OFF_MO, h->u.mo);
 	}
 	return (int)len;
 }
@@ -158,13 +158,13 @@ int ddp_hdr_parse(const uint8_t *buf, size_t len, struct ddp_hdr *h,
 	h->dv = hdr[DDP_OFF_CTRL] & DDP_CTRL_DV_MASK;
 	h->ulp_ctrl = hdr[DDP_OFF_ULP_CTRL];
 	if (h->tagged) {
-		h->t.stag = ddp_get_be32(hdr + DDP_OFF_STAG);
-		h->t.to = ddp_get_be64(hdr + DDP_OFF_TO);
+		h->t.stag = wisp_get_be32(hdr + DDP_OFF_STAG);
+		h->t.to = wisp_get_be64(hdr + DDP_OFF_TO);
 	} else {
-		h->u.ulp_word = ddp_get_be32(hdr + DDP_OFF_ULP_WORD);
-		h->u.qn = ddp_get_be32(hdr + DDP_OFF_QN);
-		h->u.msn = ddp_get_be32(hdr + DDP_OFF_MSN);
-		h->u.mo = ddp_get_be32(hdr + DDP_OFF_MO);
+		h->u.ulp_word = wisp_get_be32(hdr + DDP_OFF_ULP_WORD);
+		h->u.qn = wisp_get_be32(hdr + DDP_OFF_QN);
+		h->u.msn = wisp_get_be32(hdr + DDP_OFF_MSN);
+		h->u.mo = wisp_get_be32(hdr + DDP_OFF_MO);
 	}
 
 	/*
@@ -255,8 +255,6 @@ int ddp_check_untagged(const struct ddp_hdr *h, uint32_t payload_len,
 int ddp_check_tagged(const struct ddp_hdr *h, uint32_t payload_len,
 		     const struct ddp_tagged_buf *buf, enum ddp_error *err)
 {
-	uint64_t last_to;
-
 	if (!h || !buf || !err || !h->tagged)
 		return -EINVAL;
 	*err = DDP_ERR_NONE;
@@ -280,21 +278,36 @@ int ddp_check_tagged(const struct ddp_hdr *h, uint32_t payload_len,
 		*err = DDP_ERR_T_STAG_NOT_ASSOC;
 		return -EPROTO;
 	}
+	/* Section 7.1: "The TO falls in the range of legal offsets
+	 * registered for the STag", TO + length does not wrap, and so the
+	 * whole segment lies inside the buffer. */
+	*err = ddp_tagged_range(buf->base_to, buf->len, h->t.to, payload_len);
+	return *err == DDP_ERR_NONE ? 0 : -EPROTO;
+}
+
+/*
+ * The one range check of a tagged buffer, for DDP placement and for
+ * RDMAP's local and Read Request checks alike. Never forms a sum that can
+ * wrap (base_to + buf_len may exceed 2^64 - 1 for a buffer that ends at
+ * the top of the TO space).
+ */
+enum ddp_error ddp_tagged_range(uint64_t base_to, uint64_t buf_len,
+				uint64_t to, uint64_t len)
+{
+	uint64_t off;
+
+	if (len == 0)
+		return DDP_ERR_NONE;
 	/* RFC 5041 7.1: "A 64-bit unsigned sum of the DDP Segment payload
 	 * length and the TO does not wrap." TO + len == 2^64 wraps too. */
-	if (h->t.to > UINT64_MAX - payload_len) {
-		*err = DDP_ERR_T_TO_WRAP;
-		return -EPROTO;
-	}
-	last_to = h->t.to + (payload_len - 1);
-
-	/* "The TO falls in the range of legal offsets registered for the
-	 * STag" and so does TO + payload length.  Compare by distance from
-	 * base so that base_to + len never has to be formed (it may wrap). */
-	if (h->t.to < buf->base_to || buf->len == 0 ||
-	    last_to - buf->base_to > buf->len - 1) {
-		*err = DDP_ERR_T_BASE_BOUNDS;
-		return -EPROTO;
-	}
-	return 0;
+	if (to > UINT64_MAX - len)
+		return DDP_ERR_T_TO_WRAP;
+	/* Compare by distance from the base: off + len <= buf_len, written
+	 * so that neither side can wrap. */
+	if (to < base_to)
+		return DDP_ERR_T_BASE_BOUNDS;
+	off = to - base_to;
+	if (off > buf_len || len > buf_len - off)
+		return DDP_ERR_T_BASE_BOUNDS;
+	return DDP_ERR_NONE;
 }

@@ -33,6 +33,21 @@
 #define MPA_IRD_ORD_LEN     4    /* RFC 6581 IRD and ORD words */
 #define MPA_IRD_ORD_MAX     0x3fff
 
+/*
+ * Octet offsets in the Request / Reply frame, named after the fields of
+ * RFC 5044 section 7.1 and of the RFC 6581 (section 9) enhanced
+ * connection data that opens the private data when S is set.
+ * Both frames have the same layout; only the key differs.
+ */
+#define MPA_RR_OFF_KEY      0    /* 16 octets "MPA ID Req/Rep Frame" */
+#define MPA_RR_OFF_FLAGS    16   /* M C R S Res */
+#define MPA_RR_OFF_REV      17
+#define MPA_RR_OFF_PD_LEN   18   /* 16-bit PD_Length */
+#define MPA_RR_OFF_PD       20   /* private data, PD_Length octets */
+/* Within the private data, when S is set: */
+#define MPA_PD_OFF_IRD      0    /* A B and 14-bit IRD */
+#define MPA_PD_OFF_ORD      2    /* C D and 14-bit ORD */
+
 #define MPA_LEN_FIELD       2    /* ULPDU_Length */
 #define MPA_CRC_LEN         4
 #define MPA_MARKER_LEN      4

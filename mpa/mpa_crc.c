@@ -11,6 +11,7 @@
 #include <isa-l/crc.h>
 
 #include "mpa.h"
+#include "wisp_wire.h"
 
 uint32_t mpa_crc_update(uint32_t state, const void *buf, size_t len)
 {
@@ -44,16 +45,12 @@ uint32_t mpa_crc32c(const void *buf, size_t len)
  */
 void mpa_crc_put(uint8_t out[MPA_CRC_LEN], uint32_t crc)
 {
-	out[0] = (uint8_t)crc;
-	out[1] = (uint8_t)(crc >> 8);
-	out[2] = (uint8_t)(crc >> 16);
-	out[3] = (uint8_t)(crc >> 24);
+	wisp_put_le32(out, crc);
 }
 
 uint32_t mpa_crc_get(const uint8_t in[MPA_CRC_LEN])
 {
-	return (uint32_t)in[0] | (uint32_t)in[1] << 8 |
-	       (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
+	return wisp_get_le32(in);
 }
 
 /* Terminate layer LLP (2), error type MPA (0). */

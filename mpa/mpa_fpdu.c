@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "mpa.h"
+#include "wisp_wire.h"
 
 static inline uint32_t to_marker(uint64_t stream_off)
 {
@@ -103,8 +104,7 @@ static int out_marker(struct fpdu_out *o)
 	ptr = o->pos - o->len_pos;
 	m[0] = 0;
 	m[1] = 0;
-	m[2] = (uint8_t)(ptr >> 8);
-	m[3] = (uint8_t)ptr;
+	wisp_put_be16(m + 2, (uint16_t)ptr);
 	return out_push(o, m, MPA_MARKER_LEN);
 }
 
@@ -153,8 +153,7 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 			return -EMSGSIZE;
 	}
 	pad = mpa_pad_len((uint32_t)ulpdu_len);
-	scr->len[0] = (uint8_t)(ulpdu_len >> 8);
-	scr->len[1] = (uint8_t)ulpdu_len;
+	wisp_put_be16(scr->len, (uint16_t)ulpdu_len);
 	memset(scr->trailer, 0, sizeof(scr->trailer));
 	crc_field = scr->trailer + pad;
 
@@ -307,7 +306,7 @@ static long rx_marker(struct mpa_rx *rx, const uint8_t *in, size_t len)
 	 * to zero at the transmitter, and the receivers MUST always treat
 	 * these as zero for calculations." The reserved half is "ignored on
 	 * receive (except for CRC calculation)". */
-	ptr = (uint16_t)((rx->marker[2] << 8 | rx->marker[3]) & ~3u);
+	ptr = (uint16_t)(wisp_get_be16(rx->marker + 2) & ~3u);
 	/* RFC 5044 4.3: all markers of an FPDU "MUST all point to the same
 	 * point in the TCP stream: the first octet of the ULPDU Length field
 	 * for the FPDU". A mismatch is error code 3 of section 8: "received
@@ -382,7 +381,7 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 			if (rx->part_done < MPA_LEN_FIELD)
 				break;
 			rx->part_done = 0;
-			rx->ulpdu_len = (uint16_t)(rx->hold[0] << 8 | rx->hold[1]);
+			rx->ulpdu_len = wisp_get_be16(rx->hold);
 			if (rx->ulpdu_len > rx->max_ulpdu)
 				return rx_fail(rx, MPA_ERR_ULPDU_LEN);
 			rx->state = rx->ulpdu_len ? MPA_RX_ULPDU

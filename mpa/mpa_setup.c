@@ -18,6 +18,23 @@
 #include <string.h>
 
 #include "mpa.h"
+#include "wisp_wire.h"
+
+/* The offsets of mpa.h against the frame sizes of the RFCs. */
+_Static_assert(MPA_RR_OFF_KEY + MPA_KEY_LEN == MPA_RR_OFF_FLAGS,
+	       "RFC 5044 7.1: the flags octet follows the 16-octet key");
+_Static_assert(MPA_RR_OFF_FLAGS + 1 == MPA_RR_OFF_REV &&
+	       MPA_RR_OFF_REV + 1 == MPA_RR_OFF_PD_LEN,
+	       "RFC 5044 7.1: flags, Rev and PD_Length share one word");
+_Static_assert(MPA_RR_OFF_PD_LEN + 2 == MPA_RR_OFF_PD &&
+	       MPA_RR_OFF_PD == MPA_RR_HDR_LEN && MPA_RR_HDR_LEN == 20,
+	       "RFC 5044 7.1: private data follows a 20-octet header");
+_Static_assert(MPA_PD_OFF_IRD + 2 == MPA_PD_OFF_ORD &&
+	       MPA_PD_OFF_ORD + 2 == MPA_IRD_ORD_LEN && MPA_IRD_ORD_LEN == 4,
+	       "RFC 6581 9: the IRD and ORD words are 16 bits each");
+_Static_assert(sizeof("MPA ID Req Frame") - 1 == MPA_KEY_LEN &&
+	       sizeof("MPA ID Rep Frame") - 1 == MPA_KEY_LEN,
+	       "RFC 5044 7.1: the keys are 16 octets, no terminator sent");
 
 static const char mpa_key_req[MPA_KEY_LEN] = "MPA ID Req Frame";
 static const char mpa_key_rep[MPA_KEY_LEN] = "MPA ID Rep Frame";
@@ -25,17 +42,6 @@ static const char mpa_key_rep[MPA_KEY_LEN] = "MPA ID Rep Frame";
 static const char *mpa_key(enum mpa_frame_type type)
 {
 	return type == MPA_REQUEST ? mpa_key_req : mpa_key_rep;
-}
-
-static inline void put_be16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
-static inline uint16_t get_be16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
 }
 
 static int mpa_rr_check(const struct mpa_rr *rr)
@@ -97,11 +103,11 @@ int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap)
 	flags |= rr->enhanced ? MPA_FLAG_ENHANCED : 0;
 	pd_len = (uint16_t)(len - MPA_RR_HDR_LEN);
 
-	memcpy(buf, mpa_key(rr->type), MPA_KEY_LEN);
-	buf[16] = flags;
-	buf[17] = rr->rev;
-	put_be16(buf + 18, pd_len);
-	p = buf + MPA_RR_HDR_LEN;
+	memcpy(buf + MPA_RR_OFF_KEY, mpa_key(rr->type), MPA_KEY_LEN);
+	buf[MPA_RR_OFF_FLAGS] = flags;
+	buf[MPA_RR_OFF_REV] = rr->rev;
+	wisp_put_be16(buf + MPA_RR_OFF_PD_LEN, pd_len);
+	p = buf + MPA_RR_OFF_PD;
 
 	if (rr->enhanced) {
 		uint16_t ird = rr->ird, ord = rr->ord;
@@ -110,8 +116,8 @@ int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap)
 		ird |= (rr->rtr & MPA_RTR_SEND) ? MPA_IRD_SEND_RTR : 0;
 		ord |= (rr->rtr & MPA_RTR_WRITE) ? MPA_ORD_WRITE_RTR : 0;
 		ord |= (rr->rtr & MPA_RTR_READ) ? MPA_ORD_READ_RTR : 0;
-		put_be16(p, ird);
-		put_be16(p + 2, ord);
+		wisp_put_be16(p + MPA_PD_OFF_IRD, ird);
+		wisp_put_be16(p + MPA_PD_OFF_ORD, ord);
 		p += MPA_IRD_ORD_LEN;
 	}
 	if (rr->pdata_len)
@@ -137,16 +143,17 @@ int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 	*err = MPA_ERR_NONE;
 	/* The key is checked as soon as it is here: a peer that does not
 	 * speak MPA is refused without waiting for more octets. */
-	if (memcmp(buf, mpa_key(type), len < MPA_KEY_LEN ? len : MPA_KEY_LEN))
+	if (memcmp(buf + MPA_RR_OFF_KEY, mpa_key(type),
+		   len < MPA_KEY_LEN ? len : MPA_KEY_LEN))
 		return mpa_fail(err, MPA_ERR_BAD_KEY);
 	if (len < MPA_RR_HDR_LEN)
 		return -EAGAIN;
 
-	flags = buf[16];
-	pd_len = get_be16(buf + 18);
+	flags = buf[MPA_RR_OFF_FLAGS];
+	pd_len = wisp_get_be16(buf + MPA_RR_OFF_PD_LEN);
 	memset(rr, 0, sizeof(*rr));
 	rr->type = type;
-	rr->rev = buf[17];
+	rr->rev = buf[MPA_RR_OFF_REV];
 
 	/* RFC 5044 7.1: "Rev: This field contains the revision of MPA.
 	 * For this version of the specification, senders MUST set this field
@@ -156,7 +163,7 @@ int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 	/* RFC 5044 7.1: "The maximum value of PD_Length is 512 octets." */
 	if (pd_len > MPA_PD_MAX)
 		return mpa_fail(err, MPA_ERR_PD_LEN);
-	if (len < (size_t)MPA_RR_HDR_LEN + pd_len)
+	if (len < (size_t)MPA_RR_OFF_PD + pd_len)
 		return -EAGAIN;
 
 	rr->markers = flags & MPA_FLAG_MARKERS;
@@ -167,7 +174,7 @@ int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 	 * this octet) for an experiment of its own; it is ignored here. */
 	rr->reject = type == MPA_REPLY && (flags & MPA_FLAG_REJECT);
 	rr->enhanced = rr->rev == 2 && (flags & MPA_FLAG_ENHANCED);
-	rr->pdata = buf + MPA_RR_HDR_LEN;
+	rr->pdata = buf + MPA_RR_OFF_PD;
 	rr->pdata_len = pd_len;
 
 	if (rr->enhanced) {
@@ -179,8 +186,8 @@ int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 		 * rejects it too). */
 		if (pd_len < MPA_IRD_ORD_LEN)
 			return mpa_fail(err, MPA_ERR_ENHANCED);
-		ird = get_be16(rr->pdata);
-		ord = get_be16(rr->pdata + 2);
+		ird = wisp_get_be16(rr->pdata + MPA_PD_OFF_IRD);
+		ord = wisp_get_be16(rr->pdata + MPA_PD_OFF_ORD);
 		rr->ird = ird & MPA_IRD_ORD_MAX;
 		rr->ord = ord & MPA_IRD_ORD_MAX;
 		rr->p2p = ird & MPA_IRD_P2P;

@@ -136,10 +136,10 @@ int rdmap_term_build(const struct rdmap_terminate *t, uint8_t *buf,
 
 	ctrl = (uint32_t)t->term << TERM_CODE_SHIFT |
 	       (uint32_t)hdrct << TERM_HDRCT_SHIFT;
-	rdmap_put_be32(buf, ctrl);
+	wisp_put_be32(buf, ctrl);
 	off = RDMAP_TERM_CTRL_LEN;
 	if (hdrct & (RDMAP_TERM_HDRCT_M | RDMAP_TERM_HDRCT_D)) {
-		rdmap_put_be16(buf + off, t->has_seg_len ? t->seg_len : 0);
+		wisp_put_be16(buf + off, t->has_seg_len ? t->seg_len : 0);
 		off += TERM_SEG_LEN_LEN;
 	}
 	if (t->has_ddp_hdr) {
@@ -165,7 +165,7 @@ int rdmap_term_build(const struct rdmap_terminate *t, uint8_t *buf,
 int rdmap_term_parse(const uint8_t *buf, size_t len,
 		     struct rdmap_terminate *t)
 {
-	struct rdmap_cur c = { .p = buf, .left = len };
+	struct wisp_cur c = wisp_cur_init(buf, len);
 	struct rdmap_terminate tmp = { 0 };
 	unsigned int hdrct;
 	uint32_t ctrl;
@@ -175,13 +175,13 @@ int rdmap_term_parse(const uint8_t *buf, size_t len,
 
 	if (!buf || !t)
 		return -EINVAL;
-	if (!rdmap_cur_be32(&c, &ctrl))
+	if (!wisp_cur_be32(&c, &ctrl))
 		return -EPROTO;
 	tmp.term = (uint16_t)(ctrl >> TERM_CODE_SHIFT);
 	hdrct = (ctrl >> TERM_HDRCT_SHIFT) & TERM_HDRCT_MASK;
 
 	if (hdrct & (RDMAP_TERM_HDRCT_M | RDMAP_TERM_HDRCT_D)) {
-		if (!rdmap_cur_be16(&c, &seg_len))
+		if (!wisp_cur_be16(&c, &seg_len))
 			return -EPROTO;
 		if (hdrct & RDMAP_TERM_HDRCT_M) {
 			tmp.has_seg_len = true;
@@ -190,11 +190,10 @@ int rdmap_term_parse(const uint8_t *buf, size_t len,
 	}
 	if (hdrct & RDMAP_TERM_HDRCT_D) {
 		/* The quoted header's own T bit says how long it is. */
-		if (c.left < 1)
+		if (!wisp_cur_peek_u8(&c, &ctl0))
 			return -EPROTO;
-		ctl0 = c.p[0];
 		hlen = ddp_hdr_len((ctl0 & DDP_CTRL_T) != 0);
-		if (!rdmap_cur_bytes(&c, tmp.ddp_hdr, hlen))
+		if (!wisp_cur_bytes(&c, tmp.ddp_hdr, hlen))
 			return -EPROTO;
 		tmp.has_ddp_hdr = true;
 		tmp.ddp_hdr_len = (uint8_t)hlen;
@@ -210,7 +209,7 @@ int rdmap_term_parse(const uint8_t *buf, size_t len,
 		if (c.left == 0 && tmp.has_ddp_hdr &&
 		    !term_ddp_hdr_is_read_req(tmp.ddp_hdr, tmp.ddp_hdr_len))
 			goto done;
-		if (!rdmap_cur_bytes(&c, tmp.rdma_hdr, RDMAP_READ_REQ_LEN))
+		if (!wisp_cur_bytes(&c, tmp.rdma_hdr, RDMAP_READ_REQ_LEN))
 			return -EPROTO;
 		tmp.has_rdma_hdr = true;
 		tmp.rdma_hdr_len = RDMAP_READ_REQ_LEN;

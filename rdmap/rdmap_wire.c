@@ -194,11 +194,11 @@ int rdmap_read_req_build(const struct rdmap_read_req *r, uint8_t *buf,
 		return -EINVAL;
 	if (cap < RDMAP_READ_REQ_LEN)
 		return -ENOSPC;
-	rdmap_put_be32(buf + 0, r->sink_stag);
-	rdmap_put_be64(buf + 4, r->sink_to);
-	rdmap_put_be32(buf + 12, r->size);
-	rdmap_put_be32(buf + 16, r->src_stag);
-	rdmap_put_be64(buf + 20, r->src_to);
+	wisp_put_be32(buf + RDMAP_RREQ_OFF_SINK_STAG, r->sink_stag);
+	wisp_put_be64(buf + RDMAP_RREQ_OFF_SINK_TO, r->sink_to);
+	wisp_put_be32(buf + RDMAP_RREQ_OFF_SIZE, r->size);
+	wisp_put_be32(buf + RDMAP_RREQ_OFF_SRC_STAG, r->src_stag);
+	wisp_put_be64(buf + RDMAP_RREQ_OFF_SRC_TO, r->src_to);
 	return RDMAP_READ_REQ_LEN;
 }
 
@@ -207,7 +207,7 @@ int rdmap_read_req_build(const struct rdmap_read_req *r, uint8_t *buf,
 int rdmap_read_req_parse(const uint8_t *buf, size_t len,
 			 struct rdmap_read_req *r)
 {
-	struct rdmap_cur c = { .p = buf, .left = len };
+	struct wisp_cur c = wisp_cur_init(buf, len);
 	struct rdmap_read_req tmp;
 
 	if (!buf || !r)
@@ -215,11 +215,11 @@ int rdmap_read_req_parse(const uint8_t *buf, size_t len,
 	if (len < RDMAP_READ_REQ_LEN)
 		return -EAGAIN;
 	/* Lengths were checked above; the cursor cannot fail from here. */
-	rdmap_cur_be32(&c, &tmp.sink_stag);
-	rdmap_cur_be64(&c, &tmp.sink_to);
-	rdmap_cur_be32(&c, &tmp.size);
-	rdmap_cur_be32(&c, &tmp.src_stag);
-	rdmap_cur_be64(&c, &tmp.src_to);
+	wisp_cur_be32(&c, &tmp.sink_stag);
+	wisp_cur_be64(&c, &tmp.sink_to);
+	wisp_cur_be32(&c, &tmp.size);
+	wisp_cur_be32(&c, &tmp.src_stag);
+	wisp_cur_be64(&c, &tmp.src_to);
 	*r = tmp;
 	return RDMAP_READ_REQ_LEN;
 }

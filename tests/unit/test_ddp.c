@@ -595,6 +595,101 @@ Test(ddp, tagged_zero_length_not_checked)
 	cr_assert_eq(check_t(0, 0, &mr), DDP_ERR_NONE);
 }
 
+/* ---- the shared range check (DDP placement and RDMAP alike) --------- */
+
+/*
+ * Edge cases of ddp_tagged_range(): TOs near 2^64, lengths near 2^32 and
+ * 2^64, buffers that end exactly at the top of the TO space (where
+ * base_to + buf_len would wrap if it were formed), empty buffers and
+ * empty ranges.
+ */
+Test(ddp, tagged_range_table)
+{
+	static const uint64_t M = UINT64_MAX;
+	static const uint64_t G = UINT32_MAX;   /* 2^32 - 1 */
+	static const struct {
+		uint64_t base, blen, to, len;
+		enum ddp_error want;
+	} rows[] = {
+		/* inside, exactly fitting, one octet at either end */
+		{ 0x1000, 0x100, 0x1000, 0x100, DDP_ERR_NONE },
+		{ 0x1000, 0x100, 0x10ff, 1, DDP_ERR_NONE },
+		{ 0x1000, 0x100, 0x1000, 1, DDP_ERR_NONE },
+		/* one octet out on either side */
+		{ 0x1000, 0x100, 0x0fff, 1, DDP_ERR_T_BASE_BOUNDS },
+		{ 0x1000, 0x100, 0x0fff, 2, DDP_ERR_T_BASE_BOUNDS },
+		{ 0x1000, 0x100, 0x1100, 1, DDP_ERR_T_BASE_BOUNDS },
+		{ 0x1000, 0x100, 0x10ff, 2, DDP_ERR_T_BASE_BOUNDS },
+		{ 0x1000, 0x100, 0x1000, 0x101, DDP_ERR_T_BASE_BOUNDS },
+		/* far past the end: to - base larger than the buffer */
+		{ 0x1000, 0x100, M - 0x100, 1, DDP_ERR_T_BASE_BOUNDS },
+		/* empty range: nothing to check, wherever it points */
+		{ 0x1000, 0x100, 0, 0, DDP_ERR_NONE },
+		{ 0x1000, 0x100, M, 0, DDP_ERR_NONE },
+		{ 0, 0, M, 0, DDP_ERR_NONE },
+		/* empty buffer holds no octet */
+		{ 0x1000, 0, 0x1000, 1, DDP_ERR_T_BASE_BOUNDS },
+		{ M, 0, M - 1, 1, DDP_ERR_T_BASE_BOUNDS },
+		/* buffer ending at 2^64 - 1: base + blen would be 2^64 */
+		{ M - 0xff, 0x100, M - 0xff, 0xff, DDP_ERR_NONE },
+		{ M - 0xff, 0x100, M - 1, 1, DDP_ERR_NONE },
+		/* TO + len == 2^64 wraps (RFC 5041 7.1), even inside it */
+		{ M - 0xff, 0x100, M, 1, DDP_ERR_T_TO_WRAP },
+		{ M - 0xff, 0x100, M - 0xff, 0x100, DDP_ERR_T_TO_WRAP },
+		/* a buffer whose base + blen is far above 2^64 */
+		{ M - 0xff, M, M - 0x10, 0x10, DDP_ERR_NONE },
+		{ M - 0xff, M, M - 0x100, 1, DDP_ERR_T_BASE_BOUNDS },
+		/* lengths near 2^32 */
+		{ 0, G, 0, G, DDP_ERR_NONE },
+		{ 0, G, 1, G, DDP_ERR_T_BASE_BOUNDS },
+		{ 0, G, 0, G + 1, DDP_ERR_T_BASE_BOUNDS },
+		{ 1, G + 1, 1, G + 1, DDP_ERR_NONE },
+		{ M - G, G, M - G, G, DDP_ERR_NONE },
+		{ M - G, G + 1, M - G, G + 1, DDP_ERR_T_TO_WRAP },
+		{ M - G + 1, G, M - G + 1, G, DDP_ERR_T_TO_WRAP },
+		/* lengths near 2^64 */
+		{ 0, M, 0, M, DDP_ERR_NONE },
+		{ 0, M, 1, M, DDP_ERR_T_TO_WRAP },
+		{ 1, M, 1, M - 1, DDP_ERR_NONE },
+		{ 1, M - 1, 0, M - 1, DDP_ERR_T_BASE_BOUNDS },
+		{ 0, M - 1, 0, M, DDP_ERR_T_BASE_BOUNDS },
+		/* TO below the base, even with a length that would reach it */
+		{ 0x1000, 0x100, 0, 0x1001, DDP_ERR_T_BASE_BOUNDS },
+		{ M, 1, 0, M, DDP_ERR_T_BASE_BOUNDS },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		enum ddp_error got = ddp_tagged_range(rows[i].base, rows[i].blen,
+						      rows[i].to, rows[i].len);
+
+		cr_assert_eq(got, rows[i].want,
+			     "row %zu: base %#llx len %#llx, [%#llx +%#llx): "
+			     "got %s, want %s", i,
+			     (unsigned long long)rows[i].base,
+			     (unsigned long long)rows[i].blen,
+			     (unsigned long long)rows[i].to,
+			     (unsigned long long)rows[i].len,
+			     ddp_error_str(got), ddp_error_str(rows[i].want));
+	}
+	cr_log_info("%zu range rows", sizeof(rows) / sizeof(rows[0]));
+}
+
+/* ddp_check_tagged() applies exactly that range check to every segment. */
+Test(ddp, tagged_check_uses_range)
+{
+	static const uint64_t tos[] = { 0, 0x0fff, 0x1000, 0x10ff, 0x1100,
+					UINT64_MAX - 1, UINT64_MAX };
+	static const uint32_t lens[] = { 1, 2, 0x100, 0x101, UINT32_MAX };
+
+	for (size_t i = 0; i < sizeof(tos) / sizeof(tos[0]); i++)
+		for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++)
+			cr_assert_eq(check_t(tos[i], lens[j], &mr),
+				     ddp_tagged_range(mr.base_to, mr.len,
+						      tos[i], lens[j]),
+				     "TO %#llx len %u",
+				     (unsigned long long)tos[i], lens[j]);
+}
+
 /* ---- segmentation -------------------------------------------------- */
 
 struct seg_stats {
