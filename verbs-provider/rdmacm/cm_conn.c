@@ -37,8 +37,7 @@
 
 #include "../wisp_private.h"
 #include "cm_internal.h"
-#include "rdmap.h"
-#include "rdmap_qp.h"
+#include "common/wisp_startup.h"
 
 static int fail(int neg_errno)
 {
@@ -69,12 +68,10 @@ static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
 
 static void no_delay(int fd)
 {
-	int one = 1;
+	int ret = wisp_startup_nodelay(fd);
 
-	/* MPA frames and RTRs are small and must not wait for Nagle; siw
-	 * sets TCP_NODELAY on its sockets too. */
-	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
-		wcm_log(WCM_LOG_WARN, "TCP_NODELAY: %s", strerror(errno));
+	if (ret)
+		wcm_log(WCM_LOG_WARN, "TCP_NODELAY: %s", strerror(-ret));
 }
 
 /* ---- the connection object and the end of the stream ---------------- */
@@ -142,28 +139,19 @@ static void *watch_thread(void *arg);
 static int establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 		     const struct mpa_params *p, bool active)
 {
-	struct wisp_stream_params sp = {
-		.mpa_rev = p->rev,
-		.crc = p->crc,
-		.markers = false,
-		.ird = p->ird,
-		.ord = p->ord,
-	};
+	struct wisp_stream_params sp;
 	struct wcm_conn *c;
 	struct wcm_event *e;
-	int ret = 0;
+	int ret;
 
 	/* siw reads nothing just after its Reply (glue_mpa.h). */
 	if (active)
 		glue_mpa_initiator_hold(w->opts.hold_ms);
-	/* RFC 6581 9.3: the Initiator sends the negotiated RTR first; the
-	 * Responder sends nothing before it arrived (RFC 5044 7.1.2 rule 4:
-	 * "MUST receive and validate at least one FPDU before sending"). */
-	if (p->p2p && !active)
-		sp.rtr = WISP_RTR_EXPECT;
-	else if (p->p2p)
-		sp.rtr = p->rtr == MPA_RTR_READ ? WISP_RTR_SEND_READ :
-						  WISP_RTR_SEND_WRITE;
+	ret = wisp_startup_stream(p, active, &sp);
+	if (ret) {
+		close(fd);
+		goto out;
+	}
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -264,16 +252,6 @@ static void *watch_thread(void *arg)
 	return NULL;
 }
 
-/* The RFC 6581 Terminate of an Initiator that must refuse the Reply. */
-static void send_terminate(int fd, enum mpa_error err, bool crc, int tmo)
-{
-	uint8_t fpdu[RDMAP_STARTUP_TERM_MAX];
-	int len = rdmap_startup_terminate(err, crc, fpdu, sizeof(fpdu));
-
-	if (len > 0)
-		glue_mpa_write(fd, fpdu, (size_t)len, tmo);
-}
-
 /* ---- passive side --------------------------------------------------- */
 
 struct req_job {
@@ -355,8 +333,8 @@ static void *request_thread(void *arg)
 {
 	struct req_job *j = arg;
 	struct wcm_id *l = j->listener, *c = NULL;
-	uint8_t buf[GLUE_MPA_FRAME_MAX], out[GLUE_MPA_FRAME_MAX];
-	struct mpa_rr req, reject;
+	uint8_t buf[GLUE_MPA_FRAME_MAX];
+	struct mpa_rr req;
 	struct mpa_prefs prefs;
 	struct wcm_opts opts;
 	struct sockaddr_storage peer;
@@ -385,16 +363,12 @@ static void *request_thread(void *arg)
 			err ? mpa_error_str(err) : "");
 		goto drop;
 	}
-	ret = mpa_nego_check_request(buf, (size_t)len, &prefs, &req, &reject,
-				     &err);
+	ret = wisp_startup_take_request(fd, buf, (size_t)len, &prefs,
+					wisp_startup_deadline(opts.timeout_ms),
+					&req, &err);
 	if (ret == -ECONNREFUSED) {
-		/* Markers asked for, or S without IRD/ORD: refused by MPA
-		 * with R set before the application hears of it. */
 		wcm_log(WCM_LOG_WARN, "connection from %s refused: %s", who,
 			mpa_error_str(err));
-		len = mpa_rr_build(&reject, out, sizeof(out));
-		if (len > 0)
-			glue_mpa_write(fd, out, (size_t)len, opts.timeout_ms);
 		goto drop;
 	}
 	if (ret < 0) {
@@ -541,13 +515,11 @@ static int resolve_qp(struct wcm_id *w, const struct rdma_conn_param *param,
 
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 {
-	uint8_t out[GLUE_MPA_FRAME_MAX];
-	struct mpa_params params;
+	struct wisp_startup_reply reply;
 	struct mpa_prefs prefs;
-	struct mpa_rr reply;
 	struct ibv_qp *qp;
 	struct wcm_id *w;
-	int fd, len, ret, tmo;
+	int fd, ret, tmo;
 
 	if (!id)
 		return fail(-EINVAL);
@@ -574,14 +546,9 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		prefs.pdata = param->private_data;
 		prefs.pdata_len = param->private_data_len;
 	}
-	ret = mpa_nego_accept(&w->req, &prefs, &reply, &params);
+	ret = wisp_startup_build_reply(&w->req, &prefs, false, &reply);
 	if (ret)
 		goto err_unlock;
-	len = mpa_rr_build(&reply, out, sizeof(out));
-	if (len < 0) {
-		ret = len;
-		goto err_unlock;
-	}
 	fd = w->fd;
 	w->fd = -1;
 	w->state = WCM_ATTACHING;
@@ -589,7 +556,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	tmo = w->opts.timeout_ms;
 	pthread_mutex_unlock(&wcm.lock);
 
-	ret = glue_mpa_write(fd, out, (size_t)len, tmo);
+	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
 	if (ret) {
 		close(fd);
 		pthread_mutex_lock(&wcm.lock);
@@ -597,7 +564,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		pthread_mutex_unlock(&wcm.lock);
 		return fail(ret);
 	}
-	ret = establish(w, qp, fd, &params, false);
+	ret = establish(w, qp, fd, &reply.params, false);
 	if (ret)
 		return fail(ret);
 	return wcm_complete(w);
@@ -610,11 +577,10 @@ err_unlock:
 int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 		uint8_t private_data_len)
 {
-	uint8_t out[GLUE_MPA_FRAME_MAX];
+	struct wisp_startup_reply reply;
 	struct mpa_prefs prefs;
-	struct mpa_rr reply;
 	struct wcm_id *w;
-	int fd, len, ret, tmo;
+	int fd, ret, tmo;
 
 	if (!id || (private_data_len && !private_data))
 		return fail(-EINVAL);
@@ -632,11 +598,10 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	/* RFC 5044 7.1.2: "return an MPA Reply Frame with the Rejected
 	 * Connection bit set to '1'; the MPA Reply Frame MAY include
 	 * ULP-supplied Private Data". */
-	ret = mpa_nego_reject(&w->req, &prefs, &reply);
-	len = ret ? ret : mpa_rr_build(&reply, out, sizeof(out));
-	if (len < 0) {
+	ret = wisp_startup_build_reply(&w->req, &prefs, true, &reply);
+	if (ret) {
 		pthread_mutex_unlock(&wcm.lock);
-		return fail(len);
+		return fail(ret);
 	}
 	fd = w->fd;
 	w->fd = -1;
@@ -644,7 +609,7 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	tmo = w->opts.timeout_ms;
 	pthread_mutex_unlock(&wcm.lock);
 
-	ret = glue_mpa_write(fd, out, (size_t)len, tmo);
+	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
 	if (ret)
 		wcm_log(WCM_LOG_INFO, "reject: %s", strerror(-ret));
 	/* MPA exits; the TCP connection is of no further use to rdma_cm. */
@@ -702,15 +667,14 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 static void *connect_thread(void *arg)
 {
 	struct wcm_id *w = arg;
-	uint8_t buf[GLUE_MPA_FRAME_MAX];
+	struct wisp_startup_init x;
 	struct sockaddr_storage dst;
 	struct mpa_params params;
 	struct mpa_prefs prefs;
 	struct ibv_qp *qp;
-	struct mpa_rr req;
 	enum mpa_error err;
 	socklen_t alen;
-	int fd, ret, len, tmo;
+	int fd, ret, tmo;
 	bool dying;
 
 	pthread_mutex_lock(&wcm.lock);
@@ -735,40 +699,22 @@ static void *connect_thread(void *arg)
 	getsockname(fd, &w->id.route.addr.src_addr, &alen);
 	pthread_mutex_unlock(&wcm.lock);
 
-	/* RFC 5044 7.1.2 rule 1: "the MPA implementation MUST send a valid
-	 * MPA Request Frame". */
-	ret = mpa_nego_request(&prefs, &req);
+	/* The Request and the Reply each within the timeout, as the
+	 * connect. */
+	ret = wisp_startup_send_request(fd, &prefs,
+					wisp_startup_deadline(tmo), &x);
 	if (ret)
 		goto fail;
-	len = mpa_rr_build(&req, buf, sizeof(buf));
-	if (len < 0) {
-		ret = len;
-		goto fail;
-	}
-	ret = glue_mpa_write(fd, buf, (size_t)len, tmo);
-	if (ret)
-		goto fail;
-	/* Rule 10: "a reasonable timeout while waiting for the entire set
-	 * of startup frames". */
-	len = glue_mpa_read(fd, MPA_REPLY, buf, sizeof(buf), tmo, &err);
-	if (len < 0) {
-		ret = len;
-		if (err)
-			wcm_log(WCM_LOG_WARN, "bad MPA Reply: %s",
-				mpa_error_str(err));
-		goto fail;
-	}
-	ret = mpa_nego_reply(&req, &prefs, buf, (size_t)len, &params, &err);
+	ret = wisp_startup_read_reply(fd, &prefs, wisp_startup_deadline(tmo),
+				      &x, &params, &err);
 	if (ret == -ECONNREFUSED) {
 		connect_failed(w, fd, ret, &params);
 		goto done;
 	}
 	if (ret < 0) {
-		wcm_log(WCM_LOG_WARN, "MPA Reply refused: %s",
-			mpa_error_str(err));
-		if (err == MPA_ERR_INSUFFICIENT_IRD ||
-		    err == MPA_ERR_NO_MATCHING_RTR)
-			send_terminate(fd, err, params.crc || req.crc, tmo);
+		if (err)
+			wcm_log(WCM_LOG_WARN, "MPA Reply refused: %s",
+				mpa_error_str(err));
 		goto fail;
 	}
 
