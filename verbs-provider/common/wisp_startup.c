@@ -187,29 +187,12 @@ int wisp_startup_stream(const struct mpa_params *p, bool initiator,
 	sp->markers = false;
 	sp->ird = p->ird;
 	sp->ord = p->ord;
-	sp->rtr = WISP_RTR_NONE;
-	if (!p->p2p)
-		return 0;
 	/* RFC 6581 9.3: the Initiator sends the first message of the
 	 * negotiated RTR option; the Responder waits for it (RFC 5044 7.1.2
 	 * rule 4: "MUST receive and validate at least one FPDU before
-	 * sending any FPDUs"). */
-	if (!initiator) {
-		sp->rtr = WISP_RTR_EXPECT;
-		return 0;
-	}
-	switch (p->rtr) {
-	case MPA_RTR_WRITE:
-		sp->rtr = WISP_RTR_SEND_WRITE;
-		return 0;
-	case MPA_RTR_READ:
-		sp->rtr = WISP_RTR_SEND_READ;
-		return 0;
-	case MPA_RTR_SEND:
-		/* Never offered by wisp: it needs a receive posted by the
-		 * peer's ULP before it knows it is connected. */
-		return -EOPNOTSUPP;
-	default:
-		return -EINVAL;
-	}
+	 * sending any FPDUs"). wisp_qp_attach_stream() maps this. */
+	sp->p2p = p->p2p;
+	sp->initiator = initiator;
+	sp->rtr = p->p2p ? p->rtr : 0;
+	return 0;
 }

@@ -133,8 +133,7 @@ int wisp_startup_send_reply(int fd, const struct wisp_startup_reply *r,
 /*
  * The stream parameters for wisp_qp_attach_stream() after a successful
  * exchange whose outcome is p, on the Initiator's side if initiator.
- * Returns 0, or -EOPNOTSUPP for an RTR the QP cannot send (the SEND RTR,
- * which wisp never offers) and -EINVAL for a value outside enum mpa_rtr.
+ * Returns 0 or -EINVAL. The RTR is checked by wisp_qp_attach_stream().
  */
 int wisp_startup_stream(const struct mpa_params *p, bool initiator,
 			struct wisp_stream_params *sp);

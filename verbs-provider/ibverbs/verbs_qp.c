@@ -386,6 +386,35 @@ static void stream_wait_end(struct wisp_qp *qp)
 	pthread_mutex_unlock(&qp->end_lock);
 }
 
+/* The QP's start for the RTR an MPA exchange negotiated (RFC 6581 9.2,
+ * 9.3): the initiator sends it, the responder waits for the peer's first
+ * FPDU. 0 or a positive errno. */
+static int stream_rtr(const struct wisp_stream_params *p, enum rdmap_rtr *out)
+{
+	if (!p->p2p) {
+		*out = RDMAP_RTR_NONE;
+		return 0;
+	}
+	if (!p->initiator) {
+		*out = RDMAP_RTR_EXPECT;
+		return 0;
+	}
+	switch (p->rtr) {
+	case MPA_RTR_WRITE:
+		*out = RDMAP_RTR_SEND_WRITE;
+		return 0;
+	case MPA_RTR_READ:
+		*out = RDMAP_RTR_SEND_READ;
+		return 0;
+	case MPA_RTR_SEND:
+		/* A zero-length SEND needs a receive the peer's ULP posted
+		 * before it knows it is connected: never offered. */
+		return EOPNOTSUPP;
+	default:
+		return EINVAL;
+	}
+}
+
 int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 			  const struct wisp_stream_params *p)
 {
@@ -428,9 +457,9 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 	 * fall back to the QP's own attributes. */
 	s.ird = p->ird ? p->ird : qp->ird;
 	s.ord = p->ord ? p->ord : qp->ord;
-	s.rtr = p->rtr == WISP_RTR_SEND_WRITE ? RDMAP_RTR_SEND_WRITE :
-		p->rtr == WISP_RTR_SEND_READ ? RDMAP_RTR_SEND_READ :
-		p->rtr == WISP_RTR_EXPECT ? RDMAP_RTR_EXPECT : RDMAP_RTR_NONE;
+	ret = stream_rtr(p, &s.rtr);
+	if (ret)
+		goto err_close;
 	pthread_mutex_lock(&qp->post_lock);
 	ret = -rdmap_qp_start(qp->core, &s);
 	if (!ret)
