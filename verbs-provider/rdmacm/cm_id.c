@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cm_id.c - the library's device and the rdma_cm_id life cycle up to the
- * connection: create, bind, resolve (addresses are IP addresses and the
- * route is TCP's, so resolution is immediate), listen, destroy.
+ * cm_id.c - the rdma_cm_id life cycle up to the connection: create, bind,
+ * resolve (addresses are IP addresses and the route is TCP's, so
+ * resolution is immediate), options, destroy; the CM threads that work
+ * for an id. rdma_listen is the passive side's (cm_passive.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,84 +18,10 @@
 #include "cm_internal.h"
 #include "wisp_rdmacm.h"
 
-struct wcm_lib wcm = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.cond = PTHREAD_COND_INITIALIZER,
-	.log_level = WCM_LOG_WARN,
-};
-
 static int fail(int neg_errno)
 {
 	errno = -neg_errno;
 	return -1;
-}
-
-int wcm_init(void)
-{
-	struct ibv_device **devs = NULL;
-	struct ibv_context *verbs = NULL;
-	struct ibv_pd *pd = NULL;
-	int ret, n = 0;
-
-	pthread_mutex_lock(&wcm.lock);
-	if (wcm.ready) {
-		pthread_mutex_unlock(&wcm.lock);
-		return 0;
-	}
-	ret = wcm_config_load();
-	pthread_mutex_unlock(&wcm.lock);
-	if (ret)
-		return ret;
-
-	/* The device list of the libibverbs.so.1 that was loaded with us:
-	 * wisp's, whose one device is wisp0. */
-	devs = ibv_get_device_list(&n);
-	if (!devs || n < 1) {
-		wcm_log(WCM_LOG_ERROR, "no RDMA device (is wisp's "
-			"libibverbs.so.1 the one loaded? see wisp-run)");
-		ret = -ENODEV;
-		goto err;
-	}
-	for (int i = 0; i < n; i++) {
-		if (!strcmp(ibv_get_device_name(devs[i]), "wisp0")) {
-			verbs = ibv_open_device(devs[i]);
-			break;
-		}
-	}
-	if (!verbs)
-		verbs = ibv_open_device(devs[0]);
-	if (!verbs) {
-		ret = errno ? -errno : -ENODEV;
-		goto err;
-	}
-	pd = ibv_alloc_pd(verbs);
-	if (!pd) {
-		ret = errno ? -errno : -ENOMEM;
-		goto err;
-	}
-
-	pthread_mutex_lock(&wcm.lock);
-	if (wcm.ready) {
-		/* Another thread won the race: use its device. */
-		pthread_mutex_unlock(&wcm.lock);
-		ibv_dealloc_pd(pd);
-		ibv_close_device(verbs);
-		ibv_free_device_list(devs);
-		return 0;
-	}
-	wcm.devs = devs;
-	wcm.verbs = verbs;
-	wcm.pd = pd;
-	wcm.ready = true;
-	pthread_mutex_unlock(&wcm.lock);
-	return 0;
-
-err:
-	if (verbs)
-		ibv_close_device(verbs);
-	if (devs)
-		ibv_free_device_list(devs);
-	return ret;
 }
 
 socklen_t wcm_addrlen(const struct sockaddr *sa)
@@ -219,6 +146,12 @@ void wcm_thread_done(struct wcm_id *w)
 	pthread_mutex_unlock(&wcm.lock);
 }
 
+void wcm_conn_put(struct wcm_conn *c)
+{
+	if (--c->refs == 0)
+		free(c);
+}
+
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct wcm_id *w, *orphans = NULL;
@@ -310,7 +243,7 @@ static bool is_wildcard(const struct sockaddr *sa)
 }
 
 /* Bind a new socket of w to addr (wcm.lock held). */
-static int bind_locked(struct wcm_id *w, const struct sockaddr *addr)
+int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 {
 	socklen_t len = wcm_addrlen(addr);
 	int fd;
@@ -350,7 +283,7 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (!wcm_addrlen(addr))
 		return fail(-EINVAL);
 	pthread_mutex_lock(&wcm.lock);
-	ret = bind_locked(to_wid(id), addr);
+	ret = wcm_bind_locked(to_wid(id), addr);
 	pthread_mutex_unlock(&wcm.lock);
 	return ret ? fail(ret) : 0;
 }
@@ -403,7 +336,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		 * this point too). */
 		struct sockaddr_storage any = { .ss_family = dst_addr->sa_family };
 
-		ret = bind_locked(w, src_addr ? src_addr : (struct sockaddr *)&any);
+		ret = wcm_bind_locked(w, src_addr ? src_addr : (struct sockaddr *)&any);
 		if (ret)
 			goto out;
 	}
@@ -462,50 +395,6 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	wcm_event_queue(w, w, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	pthread_mutex_unlock(&wcm.lock);
 	return wcm_complete(w);
-}
-
-int rdma_listen(struct rdma_cm_id *id, int backlog)
-{
-	struct wcm_id *w;
-	int ret, flags;
-
-	if (!id)
-		return fail(-EINVAL);
-	w = to_wid(id);
-	pthread_mutex_lock(&wcm.lock);
-	if (w->state == WCM_IDLE) {
-		/* The kernel binds an unbound listener to the IPv4
-		 * wildcard. */
-		struct sockaddr_in any = { .sin_family = AF_INET };
-
-		ret = bind_locked(w, (struct sockaddr *)&any);
-		if (ret)
-			goto out;
-	}
-	if (w->state != WCM_BOUND) {
-		ret = -EINVAL;
-		goto out;
-	}
-	if (listen(w->fd, backlog > 0 ? backlog : 16)) {
-		ret = -errno;
-		goto out;
-	}
-	/* Non-blocking: a connection that vanishes between poll() and
-	 * accept() must not stall the listener. */
-	flags = fcntl(w->fd, F_GETFL);
-	fcntl(w->fd, F_SETFL, flags | O_NONBLOCK);
-	w->wake_fd = eventfd(0, EFD_CLOEXEC);
-	if (w->wake_fd < 0) {
-		ret = -errno;
-		goto out;
-	}
-	w->state = WCM_LISTEN;
-	ret = wcm_thread_start(w, wcm_listen_thread, w);
-	if (ret)
-		w->state = WCM_BOUND;
-out:
-	pthread_mutex_unlock(&wcm.lock);
-	return ret ? fail(ret) : 0;
 }
 
 static __be16 port_of(const struct sockaddr *sa)
@@ -589,30 +478,4 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
 	}
 	pthread_mutex_unlock(&wcm.lock);
 	return ret ? fail(ret) : 0;
-}
-
-struct ibv_context **rdma_get_devices(int *num_devices)
-{
-	struct ibv_context **list;
-	int ret = wcm_init();
-
-	if (ret) {
-		if (num_devices)
-			*num_devices = 0;
-		errno = -ret;
-		return NULL;
-	}
-	list = calloc(2, sizeof(*list));
-	if (!list)
-		return NULL;
-	list[0] = wcm.verbs;
-	if (num_devices)
-		*num_devices = 1;
-	return list;
-}
-
-void rdma_free_devices(struct ibv_context **list)
-{
-	/* The contexts stay open for the ids, as in rdma-core. */
-	free(list);
 }

@@ -8,12 +8,20 @@
  * tells us when the stream ends.
  *
  *   cm_config.c  WISP_* environment, per-id options, logging
+ *   cm_lib.c     the library's state and device, rdma_get_devices
  *   cm_event.c   event channels, events, get/ack, migrate
- *   cm_id.c      the library's device, ids, bind, resolve, listen
- *   cm_conn.c    connect, accept, reject, disconnect, the CM threads
+ *   cm_id.c      ids: create, bind, resolve, options, destroy, threads
+ *   cm_stream.c  a connection after MPA: ESTABLISHED, DISCONNECTED,
+ *                rdma_disconnect
+ *   cm_passive.c rdma_listen, the Request, rdma_accept, rdma_reject
+ *   cm_active.c  rdma_connect and its thread
  *   cm_qp.c      rdma_create_qp and friends
  *   cm_ep.c      rdma_getaddrinfo, rdma_create_ep, rdma_get_request
  *   cm_stubs.c   what wisp does not offer (rsockets, multicast, ECE)
+ *
+ * Each file calls only files listed above it (cm_qp.c, cm_ep.c and
+ * cm_stubs.c sit on top); tests/rdmacm/check-deps.py checks that there
+ * is no cycle.
  *
  * Locking: one mutex, wcm.lock, guards every id, channel and event. It is
  * never held across a socket call that can block, a verbs call or a
@@ -85,6 +93,14 @@ void wcm_opts_prefs(const struct wcm_opts *o, struct mpa_prefs *p);
 
 void wcm_log(enum wcm_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* ---- cm_lib.c ---------------------------------------------------- */
+
+struct wcm_id;
+
+/* Load the configuration and open the device on first use. 0 or a
+ * negative errno (-EINVAL bad environment, -ENODEV no wisp0). */
+int wcm_init(void);
 
 /* ---- cm_event.c -------------------------------------------------- */
 
@@ -219,10 +235,6 @@ struct wcm_lib {
 
 extern struct wcm_lib wcm;
 
-/* Load the configuration and open the device on first use. 0 or a
- * negative errno (-EINVAL bad environment, -ENODEV no wisp0). */
-int wcm_init(void);
-
 /* New id on channel ch (wcm.lock not held). NULL with errno set. */
 struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 			  enum rdma_port_space ps);
@@ -236,6 +248,10 @@ void wcm_id_free(struct wcm_id *w);
 /* Socket address length for a family, 0 if not IPv4/IPv6. */
 socklen_t wcm_addrlen(const struct sockaddr *sa);
 
+/* Bind a new socket of w (WCM_IDLE) to addr; the id becomes WCM_BOUND.
+ * wcm.lock held. 0 or a negative errno. */
+int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr);
+
 /* Set the id's socket options (REUSEADDR, TOS, V6ONLY) on fd. */
 void wcm_sock_opts(const struct wcm_id *w, int fd, int family);
 
@@ -244,11 +260,36 @@ int wcm_thread_start(struct wcm_id *w, void *(*fn)(void *), void *arg);
 /* Called by the thread as its last act (takes wcm.lock). */
 void wcm_thread_done(struct wcm_id *w);
 
-/* ---- cm_conn.c --------------------------------------------------- */
-
-void *wcm_listen_thread(void *arg);
 /* Drop a connection's reference (wcm.lock held). */
 void wcm_conn_put(struct wcm_conn *c);
+
+/* ---- cm_stream.c ------------------------------------------------- */
+
+/* "a.b.c.d:port" or "[v6]:port" of sa into buf; returns buf. */
+const char *wcm_addr_str(const struct sockaddr *sa, char *buf, size_t len);
+
+/* TCP_NODELAY on fd, a warning if it cannot be set. */
+void wcm_no_delay(int fd);
+
+/*
+ * Hand the connected socket fd to the QP of w (state WCM_ATTACHING, set by
+ * the caller) and raise ESTABLISHED. Without a QP the CM keeps the socket
+ * and watches it for the peer's close. On failure an active side raises
+ * CONNECT_ERROR; a passive side gets the error back for rdma_accept.
+ * fd is consumed either way. wcm.lock not held. 0 or a negative errno.
+ */
+int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
+		  const struct mpa_params *p, bool active);
+
+/* IRD / ORD from a conn_param as rdma-core reads it: 0xff means dflt.
+ * 0 or -EINVAL above WCM_MAX_RD_ATOMIC. */
+int wcm_depth_of(uint8_t v, uint8_t dflt, uint16_t *out);
+
+/* The QP a connection's stream goes to (w->ext_qp set if it is named by
+ * param->qp_num); what names the caller in log lines. wcm.lock held.
+ * 0 or -EINVAL. */
+int wcm_resolve_qp(struct wcm_id *w, const struct rdma_conn_param *param,
+		   const char *what);
 
 /* ---- cm_qp.c ----------------------------------------------------- */
 
