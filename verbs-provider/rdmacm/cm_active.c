@@ -54,7 +54,7 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 	pthread_mutex_lock(&wcm.lock);
 	if (w->fd == fd)
 		w->fd = -1;
-	w->state = WCM_FAILED;
+	wcm_set_state(w, WCM_FAILED);
 	wcm_log(WCM_LOG_INFO, "connect to %s: %s (%s)",
 		wcm_addr_str(&w->id.route.addr.dst_addr, who, sizeof(who)),
 		rdma_event_str(type), strerror(-status));
@@ -123,7 +123,7 @@ static void *connect_thread(void *arg)
 	dying = w->dying;
 	if (!dying) {
 		w->fd = -1;
-		w->state = WCM_ATTACHING;
+		wcm_set_state(w, WCM_ATTACHING);
 	}
 	pthread_mutex_unlock(&wcm.lock);
 	if (dying) {
@@ -194,10 +194,10 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		wcm_sock_opts(w, fd, family);
 		w->fd = fd;
 	}
-	w->state = WCM_CONNECTING;
+	wcm_set_state(w, WCM_CONNECTING);
 	ret = wcm_thread_start(w, connect_thread, w);
 	if (ret)
-		w->state = WCM_ROUTE_RESOLVED;
+		wcm_set_state(w, WCM_ROUTE_RESOLVED);
 out:
 	pthread_mutex_unlock(&wcm.lock);
 	if (ret)

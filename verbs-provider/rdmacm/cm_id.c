@@ -38,6 +38,38 @@ socklen_t wcm_addrlen(const struct sockaddr *sa)
 	}
 }
 
+const char *wcm_state_str(enum wcm_state s)
+{
+	static const char *const names[] = {
+		[WCM_IDLE] = "IDLE",
+		[WCM_BOUND] = "BOUND",
+		[WCM_ADDR_RESOLVED] = "ADDR_RESOLVED",
+		[WCM_ROUTE_RESOLVED] = "ROUTE_RESOLVED",
+		[WCM_LISTEN] = "LISTEN",
+		[WCM_CONNECTING] = "CONNECTING",
+		[WCM_CONNECT_REQ] = "CONNECT_REQ",
+		[WCM_ATTACHING] = "ATTACHING",
+		[WCM_CONNECTED] = "CONNECTED",
+		[WCM_DISCONNECTED] = "DISCONNECTED",
+		[WCM_FAILED] = "FAILED",
+	};
+	_Static_assert(sizeof(names) / sizeof(names[0]) == WCM_STATE__COUNT,
+		       "one name per enum wcm_state");
+
+	if ((unsigned int)s >= WCM_STATE__COUNT)
+		return "?";
+	return names[s];
+}
+
+void wcm_set_state(struct wcm_id *w, enum wcm_state s)
+{
+	if (w->state == s)
+		return;
+	wcm_log(WCM_LOG_DEBUG, "id %p: %s -> %s", (void *)&w->id,
+		wcm_state_str(w->state), wcm_state_str(s));
+	w->state = s;
+}
+
 void wcm_id_set_device(struct wcm_id *w)
 {
 	w->id.verbs = wcm.verbs;
@@ -265,7 +297,7 @@ int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 	len = sizeof(w->id.route.addr.src_storage);
 	getsockname(fd, &w->id.route.addr.src_addr, &len);
 	w->fd = fd;
-	w->state = WCM_BOUND;
+	wcm_set_state(w, WCM_BOUND);
 	/* As the kernel's rdma_cm: a specific address binds the id to the
 	 * device that owns it (wisp0 owns them all), the wildcard does
 	 * not. */
@@ -365,7 +397,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		else
 			id->route.addr.src_sin6.sin6_port = port;
 		wcm_id_set_device(w);
-		w->state = WCM_ADDR_RESOLVED;
+		wcm_set_state(w, WCM_ADDR_RESOLVED);
 		wcm_event_queue(w, w, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	} else {
 		wcm_event_queue(w, w, RDMA_CM_EVENT_ADDR_ERROR, status, NULL, 0);
@@ -391,7 +423,7 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		pthread_mutex_unlock(&wcm.lock);
 		return fail(-EINVAL);
 	}
-	w->state = WCM_ROUTE_RESOLVED;
+	wcm_set_state(w, WCM_ROUTE_RESOLVED);
 	wcm_event_queue(w, w, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	pthread_mutex_unlock(&wcm.lock);
 	return wcm_complete(w);

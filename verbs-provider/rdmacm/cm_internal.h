@@ -152,6 +152,7 @@ int wcm_complete(struct wcm_id *id);
 
 /* ---- cm_id.c ----------------------------------------------------- */
 
+/* The state of an id. Only wcm_set_state() changes it. */
 enum wcm_state {
 	WCM_IDLE,
 	WCM_BOUND,
@@ -164,7 +165,11 @@ enum wcm_state {
 	WCM_CONNECTED,
 	WCM_DISCONNECTED,
 	WCM_FAILED,
+	WCM_STATE__COUNT
 };
+
+/* The state's name for logs ("IDLE", ...), "?" out of range. */
+const char *wcm_state_str(enum wcm_state s);
 
 /* What the QP's stream-end callback points at. It outlives the id and
  * the QP if need be: one reference is the id's, one the callback's, which
@@ -241,6 +246,10 @@ struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 
 /* Attach the device to id: verbs, pd, port (wcm.lock held). */
 void wcm_id_set_device(struct wcm_id *w);
+
+/* Move w to state s, logged at debug level (wcm.lock held, or w not yet
+ * visible to other threads). */
+void wcm_set_state(struct wcm_id *w, enum wcm_state s);
 
 /* Free an id that no thread or event refers to any more. */
 void wcm_id_free(struct wcm_id *w);

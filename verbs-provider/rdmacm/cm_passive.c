@@ -71,7 +71,7 @@ static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 	if (req->pdata)
 		c->req.pdata = c->req_frame + (req->pdata - buf);
 	c->fd = fd;
-	c->state = WCM_CONNECT_REQ;
+	wcm_set_state(c, WCM_CONNECT_REQ);
 	wcm_id_set_device(c);
 	alen = sizeof(c->id.route.addr.src_storage);
 	getsockname(fd, &c->id.route.addr.src_addr, &alen);
@@ -278,10 +278,10 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		ret = -errno;
 		goto out;
 	}
-	w->state = WCM_LISTEN;
+	wcm_set_state(w, WCM_LISTEN);
 	ret = wcm_thread_start(w, listen_thread, w);
 	if (ret)
-		w->state = WCM_BOUND;
+		wcm_set_state(w, WCM_BOUND);
 out:
 	pthread_mutex_unlock(&wcm.lock);
 	return ret ? fail(ret) : 0;
@@ -325,7 +325,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		goto err_unlock;
 	fd = w->fd;
 	w->fd = -1;
-	w->state = WCM_ATTACHING;
+	wcm_set_state(w, WCM_ATTACHING);
 	qp = id->qp ? id->qp : w->ext_qp;
 	tmo = w->opts.timeout_ms;
 	pthread_mutex_unlock(&wcm.lock);
@@ -334,7 +334,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	if (ret) {
 		close(fd);
 		pthread_mutex_lock(&wcm.lock);
-		w->state = WCM_FAILED;
+		wcm_set_state(w, WCM_FAILED);
 		pthread_mutex_unlock(&wcm.lock);
 		return fail(ret);
 	}
@@ -379,7 +379,7 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	}
 	fd = w->fd;
 	w->fd = -1;
-	w->state = WCM_FAILED;
+	wcm_set_state(w, WCM_FAILED);
 	tmo = w->opts.timeout_ms;
 	pthread_mutex_unlock(&wcm.lock);
 

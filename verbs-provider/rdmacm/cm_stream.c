@@ -73,7 +73,7 @@ static void raise_disconnected(struct wcm_id *w)
 {
 	if (w->dying || w->state != WCM_CONNECTED)
 		return;
-	w->state = WCM_DISCONNECTED;
+	wcm_set_state(w, WCM_DISCONNECTED);
 	w->disc = 1;
 	wcm_event_queue(w, w, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 }
@@ -173,14 +173,14 @@ out:
 	if (ret) {
 		wcm_log(WCM_LOG_WARN, "id %p: cannot start the stream: %s",
 			(void *)&w->id, strerror(-ret));
-		w->state = WCM_FAILED;
+		wcm_set_state(w, WCM_FAILED);
 		if (active)
 			wcm_event_queue(w, w, RDMA_CM_EVENT_CONNECT_ERROR, ret,
 					NULL, 0);
 		pthread_mutex_unlock(&wcm.lock);
 		return ret;
 	}
-	w->state = WCM_CONNECTED;
+	wcm_set_state(w, WCM_CONNECTED);
 	e = wcm_event_queue(w, w, RDMA_CM_EVENT_ESTABLISHED, 0,
 			    active ? p->peer_pdata : NULL,
 			    active ? p->peer_pdata_len : 0);
