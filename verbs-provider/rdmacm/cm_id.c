@@ -107,12 +107,6 @@ struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 
 void wcm_id_free(struct wcm_id *w)
 {
-	while (w->pending) {
-		struct wcm_pending *p = w->pending;
-
-		w->pending = p->next;
-		free(p);
-	}
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->wake_fd >= 0)
@@ -199,8 +193,6 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	/* Wake the CM threads of the id: they see dying and let go. */
 	if (w->fd >= 0)
 		shutdown(w->fd, SHUT_RDWR);
-	for (struct wcm_pending *p = w->pending; p; p = p->next)
-		shutdown(p->fd, SHUT_RDWR);
 	if (w->wake_fd >= 0) {
 		uint64_t one = 1;
 

@@ -80,8 +80,18 @@ struct wcm_opts {
 	int afonly;               /* -1: system default */
 };
 
-/* Parse the WISP_* environment into wcm.opts and wcm.log_level. Prints a
- * message naming the variable for a bad value and returns -EINVAL. */
+/* Bounds of the passive side, process-wide (cm_passive.c). */
+#define WCM_LIMIT_MAX 65536
+struct wcm_limits {
+	int max_pending;          /* connections whose MPA Request is being
+				   * read, all listeners together */
+	int max_pending_addr;     /* of them from one source address */
+	int max_backlog;          /* rdma_listen backlog <= 0 or above: this */
+};
+
+/* Parse the WISP_* environment into wcm.opts, wcm.limits and
+ * wcm.log_level. Prints a message naming the variable for a bad value
+ * and returns -EINVAL. */
 int wcm_config_load(void);
 
 /* rdma_set_option at WISP_OPTION_LEVEL. Returns 0 or a negative errno. */
@@ -181,12 +191,6 @@ struct wcm_conn {
 	bool cb_done;             /* callback ran or can no longer run */
 };
 
-/* A socket a CM thread is blocked on, shut down to cancel it. */
-struct wcm_pending {
-	struct wcm_pending *next;
-	int fd;
-};
-
 struct wcm_id {
 	struct rdma_cm_id id;     /* what the application sees: first */
 	enum wcm_state state;
@@ -197,7 +201,8 @@ struct wcm_id {
 	int wake_fd;              /* listener: eventfd to stop its thread */
 	int workers;              /* CM threads using this id */
 	unsigned int events_out;  /* delivered, not yet acked */
-	struct wcm_pending *pending; /* listener: sockets being read */
+	int backlog;              /* listener: CONNECT_REQUESTs that may wait */
+	int req_queued;           /* listener: queued, not yet delivered */
 	struct wcm_opts opts;
 
 	/* Connection parameters. */
@@ -227,6 +232,8 @@ static inline struct wcm_id *to_wid(struct rdma_cm_id *id)
 	return container_of(id, struct wcm_id, id);
 }
 
+struct wcm_hs;                /* a handshake being read (cm_passive.c) */
+
 struct wcm_lib {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -235,7 +242,11 @@ struct wcm_lib {
 	struct ibv_context *verbs; /* wisp0, opened once */
 	struct ibv_pd *pd;         /* default PD of ids (rdma-core's too) */
 	struct wcm_opts opts;      /* from the environment */
+	struct wcm_limits limits;  /* from the environment */
 	enum wcm_log_level log_level;
+	/* Handshakes being read by listener threads (cm_passive.c). */
+	struct wcm_hs *hs_all;
+	int hs_count;
 };
 
 extern struct wcm_lib wcm;
