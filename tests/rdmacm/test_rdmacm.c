@@ -1228,3 +1228,67 @@ Test(rdmacm, pending_limits_environment_is_strict)
 		}
 	}
 }
+
+Test(rdmacm, rev1_established_reports_ird_in_force)
+{
+	/* A rev 1 connection negotiates no IRD/ORD: accepted without a
+	 * conn_param, it runs with the QP's own limits (at least 1), and
+	 * ESTABLISHED says so rather than 0. An RDMA Read then works. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param cp = {
+		.responder_resources = 1, .initiator_depth = 1,
+	};
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr qa;
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	char src[16] = "read me", dst[16] = "";
+	struct ibv_mr *smr, *dmr;
+	struct ibv_wc wc;
+	int rev = 1;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_MPA_REV,
+				     &rev, sizeof(rev)), 0);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &cp), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	cr_assert_eq(ev->param.conn.responder_resources, 0, "nothing offered");
+	rdma_ack_cm_event(ev);
+	make_qp(sv);
+	cr_assert_eq(ibv_query_qp(sv->qp, &qa, IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MAX_QP_RD_ATOMIC, &init), 0);
+	cr_assert_eq(rdma_accept(sv, NULL), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	cr_assert_geq(ev->param.conn.responder_resources, 1);
+	cr_assert_eq(ev->param.conn.responder_resources,
+		     qa.max_dest_rd_atomic ? qa.max_dest_rd_atomic : 1);
+	cr_assert_eq(ev->param.conn.initiator_depth,
+		     qa.max_rd_atomic ? qa.max_rd_atomic : 1);
+	rdma_ack_cm_event(ev);
+	ev = expect_event(cch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	cr_assert_eq(ev->param.conn.responder_resources, 1);
+	cr_assert_eq(ev->param.conn.initiator_depth, 1);
+	rdma_ack_cm_event(ev);
+
+	smr = rdma_reg_read(sv, src, sizeof(src));
+	dmr = rdma_reg_msgs(cl, dst, sizeof(dst));
+	cr_assert(smr && dmr);
+	cr_assert_eq(rdma_post_read(cl, NULL, dst, sizeof(src), dmr,
+				    IBV_SEND_SIGNALED, (uintptr_t)src,
+				    smr->rkey), 0);
+	cr_assert_eq(rdma_get_send_comp(cl, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "read: %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_str_eq(dst, "read me");
+	rdma_dereg_mr(smr);
+	rdma_dereg_mr(dmr);
+	tear_down(sch, cch, cl, sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}

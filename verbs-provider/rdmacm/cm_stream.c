@@ -104,6 +104,32 @@ static void stream_end(struct ibv_qp *qp, int reason, void *arg)
 	pthread_mutex_unlock(&wcm.lock);
 }
 
+/*
+ * The IRD and ORD the QP will run with, made explicit in sp so that
+ * ESTABLISHED reports what is in force: where the exchange left a value
+ * at 0 (MPA rev 1, or rev 2 without the enhanced words, negotiates
+ * nothing) wisp_qp_attach_stream takes the QP's own attribute, and
+ * rdmap_qp_start raises 0 to 1, since RDMAP has no way to refuse a Read.
+ */
+static void in_force(struct ibv_qp *qp, struct wisp_stream_params *sp)
+{
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr a;
+
+	if ((!sp->ird || !sp->ord) &&
+	    !ibv_query_qp(qp, &a, IBV_QP_MAX_DEST_RD_ATOMIC |
+			  IBV_QP_MAX_QP_RD_ATOMIC, &init)) {
+		if (!sp->ird)
+			sp->ird = a.max_dest_rd_atomic;
+		if (!sp->ord)
+			sp->ord = a.max_rd_atomic;
+	}
+	if (!sp->ird)
+		sp->ird = 1;
+	if (!sp->ord)
+		sp->ord = 1;
+}
+
 static void *watch_thread(void *arg);
 
 /*
@@ -116,7 +142,7 @@ static void *watch_thread(void *arg);
 int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 		     const struct mpa_params *p, bool active)
 {
-	struct wisp_stream_params sp;
+	struct wisp_stream_params sp = { 0 };
 	struct wcm_conn *c;
 	struct wcm_event *e;
 	int ret;
@@ -125,6 +151,8 @@ int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 	if (active)
 		glue_mpa_initiator_hold(w->opts.hold_ms);
 	ret = wisp_startup_stream(p, active, &sp);
+	if (!ret && qp)
+		in_force(qp, &sp);
 	if (ret) {
 		close(fd);
 		goto out;
@@ -188,14 +216,14 @@ out:
 		/* What the connection runs with (RFC 6581 9.1 asks that the
 		 * peer's values reach the ULP: see the CONNECT_REQUEST and
 		 * REJECTED events). */
-		e->ev.param.conn.initiator_depth = (uint8_t)p->ord;
-		e->ev.param.conn.responder_resources = (uint8_t)p->ird;
+		e->ev.param.conn.initiator_depth = (uint8_t)sp.ord;
+		e->ev.param.conn.responder_resources = (uint8_t)sp.ird;
 	}
 	if (w->ended_early)
 		raise_disconnected(w);
 	wcm_log(WCM_LOG_INFO, "id %p: established, MPA rev %u, CRC %s, "
 		"IRD %u ORD %u, RTR %s", (void *)&w->id, p->rev,
-		p->crc ? "on" : "off", p->ird, p->ord,
+		p->crc ? "on" : "off", sp.ird, sp.ord,
 		!p->p2p ? "none" : p->rtr == MPA_RTR_READ ? "read" : "write");
 	pthread_mutex_unlock(&wcm.lock);
 	return 0;
