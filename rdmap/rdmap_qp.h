@@ -156,8 +156,8 @@ struct rdmap_stream_cfg {
 	bool crc;
 	uint16_t ird, ord;
 	uint32_t mulpdu;          /* largest ULPDU to send */
-	enum { RDMAP_RTR_NONE, RDMAP_RTR_SEND_WRITE, RDMAP_RTR_SEND_READ,
-	       RDMAP_RTR_EXPECT } rtr;
+	enum rdmap_rtr { RDMAP_RTR_NONE, RDMAP_RTR_SEND_WRITE,
+			 RDMAP_RTR_SEND_READ, RDMAP_RTR_EXPECT } rtr;
 };
 
 struct rdmap_qp;              /* opaque: rdmap_qp.c */

@@ -132,79 +132,100 @@ int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms)
 	return 0;
 }
 
-/* Receive up to want octets into p; 0 when they are all here. */
-static int read_exact(int fd, uint8_t *p, size_t want, size_t *got,
-		      int64_t deadline)
+void glue_mpa_rd_init(struct glue_mpa_rd *rd, enum mpa_frame_type type,
+		      uint8_t *buf, size_t cap)
 {
-	while (*got < want) {
-		ssize_t n = recv(fd, p + *got, want - *got, MSG_DONTWAIT);
+	memset(rd, 0, sizeof(*rd));
+	rd->type = type;
+	rd->buf = buf;
+	rd->cap = cap;
+	rd->total = MPA_RR_HDR_LEN;
+}
+
+/* The header octets buf[0..got) as far as they go: the key is checked
+ * octet by octet as it arrives, so a peer speaking something else is
+ * refused at once (RFC 5044 7.1.2 rule 5); then revision and PD_Length.
+ * The contents of the private data are the negotiation's business: an S
+ * flag without IRD/ORD words is not an error here. */
+static int check_header(struct glue_mpa_rd *rd, enum mpa_error *err)
+{
+	struct mpa_rr rr;
+	int ret;
+
+	ret = mpa_rr_parse(rd->buf, rd->got < MPA_RR_HDR_LEN ? rd->got :
+			   MPA_RR_HDR_LEN, rd->type, &rr, err);
+	if (ret == -EPROTO && *err != MPA_ERR_ENHANCED)
+		return ret;
+	*err = MPA_ERR_NONE;
+	if (rd->got < MPA_RR_HDR_LEN)
+		return 0;
+	rd->have_hdr = true;
+	rd->total = MPA_RR_HDR_LEN + (size_t)(rd->buf[18] << 8 | rd->buf[19]);
+	return rd->total > rd->cap ? -ENOBUFS : 0;
+}
+
+int glue_mpa_rd_step(int fd, struct glue_mpa_rd *rd, enum mpa_error *err)
+{
+	enum mpa_error dummy;
+
+	if (!err)
+		err = &dummy;
+	*err = MPA_ERR_NONE;
+	if (fd < 0 || !rd || !rd->buf ||
+	    (rd->type != MPA_REQUEST && rd->type != MPA_REPLY))
+		return -EINVAL;
+	if (rd->cap < MPA_RR_HDR_LEN)
+		return -ENOBUFS;
+	while (rd->got < rd->total) {
+		/* Never ask for more than this frame: the octets after it
+		 * are FPDUs for the engine. */
+		ssize_t n = recv(fd, rd->buf + rd->got, rd->total - rd->got,
+				 MSG_DONTWAIT);
 		int ret;
 
-		if (n > 0) {
-			*got += (size_t)n;
-			return 0;
-		}
 		/* RFC 5044 8, code 1: "TCP connection closed, terminated,
 		 * or lost" - a frame cut short by FIN is no frame. */
 		if (n == 0)
 			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return -EAGAIN;
 			return stream_errno(errno);
-		ret = wait_fd(fd, POLLIN, deadline);
+		}
+		rd->got += (size_t)n;
+		if (rd->have_hdr)
+			continue;
+		ret = check_header(rd, err);
 		if (ret)
 			return ret;
 	}
-	return 0;
+	return (int)rd->total;
 }
 
 int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
 		  size_t cap, int timeout_ms, enum mpa_error *err)
 {
 	int64_t deadline = deadline_of(timeout_ms);
+	struct glue_mpa_rd rd;
 	enum mpa_error dummy;
-	size_t got = 0, total = MPA_RR_HDR_LEN;
-	bool have_hdr = false;
 
 	if (!err)
 		err = &dummy;
 	*err = MPA_ERR_NONE;
-	if (fd < 0 || !buf || (type != MPA_REQUEST && type != MPA_REPLY))
+	if (fd < 0 || !buf)
 		return -EINVAL;
-	if (cap < MPA_RR_HDR_LEN)
-		return -ENOBUFS;
+	glue_mpa_rd_init(&rd, type, buf, cap);
+	for (;;) {
+		int ret = glue_mpa_rd_step(fd, &rd, err);
 
-	while (got < total) {
-		struct mpa_rr rr;
-		int ret;
-
-		/* Never ask for more than this frame: the octets after it
-		 * are FPDUs for the engine. */
-		ret = read_exact(fd, buf, total, &got, deadline);
+		if (ret != -EAGAIN)
+			return ret;
+		ret = wait_fd(fd, POLLIN, deadline);
 		if (ret)
 			return ret;
-		if (have_hdr)
-			continue;
-
-		/* The key is checked octet by octet as it arrives, so a peer
-		 * speaking something else is refused at once (RFC 5044
-		 * 7.1.2 rule 5); then revision and PD_Length. The contents
-		 * of the private data are the negotiation's business: an S
-		 * flag without IRD/ORD words is not an error here. */
-		ret = mpa_rr_parse(buf, got < MPA_RR_HDR_LEN ? got :
-				   MPA_RR_HDR_LEN, type, &rr, err);
-		if (ret == -EPROTO && *err != MPA_ERR_ENHANCED)
-			return ret;
-		*err = MPA_ERR_NONE;
-		if (got < MPA_RR_HDR_LEN)
-			continue;
-		have_hdr = true;
-		total = MPA_RR_HDR_LEN + (size_t)(buf[18] << 8 | buf[19]);
-		if (total > cap)
-			return -ENOBUFS;
 	}
-	return (int)total;
 }
 
 void glue_mpa_initiator_hold(int ms)

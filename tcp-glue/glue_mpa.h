@@ -21,6 +21,7 @@
 #ifndef WISP_GLUE_MPA_H
 #define WISP_GLUE_MPA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -55,6 +56,26 @@ int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms);
  */
 int glue_mpa_read(int fd, enum mpa_frame_type type, uint8_t *buf,
 		  size_t cap, int timeout_ms, enum mpa_error *err);
+
+/*
+ * The same without blocking, for a thread that serves many connections:
+ * a frame read in steps. glue_mpa_rd_init() prepares rd to read one frame
+ * of type into buf[0..cap); each glue_mpa_rd_step() receives what the
+ * socket holds (never past the frame) and returns the frame length once
+ * it is complete, -EAGAIN while more is needed (wait for POLLIN), or
+ * glue_mpa_read()'s errors. The caller keeps its own deadline.
+ */
+struct glue_mpa_rd {
+	enum mpa_frame_type type;
+	uint8_t *buf;
+	size_t cap;
+	size_t got;               /* octets in buf */
+	size_t total;             /* frame length once the header is in */
+	bool have_hdr;
+};
+void glue_mpa_rd_init(struct glue_mpa_rd *rd, enum mpa_frame_type type,
+		      uint8_t *buf, size_t cap);
+int glue_mpa_rd_step(int fd, struct glue_mpa_rd *rd, enum mpa_error *err);
 
 /*
  * How long an initiator waits by default after a good MPA Reply before its

@@ -24,23 +24,26 @@
 extern "C" {
 #endif
 
-/* What to do about the RFC 6581 peer-to-peer ready-to-receive message. */
-enum wisp_rtr {
-	WISP_RTR_NONE = 0,    /* no RTR: the QP may send at once */
-	WISP_RTR_SEND_WRITE,  /* initiator: send a zero-length WRITE first */
-	WISP_RTR_SEND_READ,   /* initiator: send a zero-length READ first */
-	WISP_RTR_EXPECT,      /* responder: send nothing until the peer's
-			       * first FPDU (its RTR) has arrived */
-};
-
-/* The outcome of an MPA exchange, as the QP's data path needs it. */
+/*
+ * The outcome of an MPA exchange, as the QP's data path needs it.
+ *
+ * The RFC 6581 peer-to-peer ready-to-receive message is described as
+ * negotiated, not as an action: with p2p, the initiator sends the RTR
+ * named by rtr (one of mpa.h's enum mpa_rtr: MPA_RTR_WRITE or
+ * MPA_RTR_READ; the SEND RTR is refused with EOPNOTSUPP) and the
+ * responder sends nothing before the peer's first FPDU has arrived. The
+ * QP maps this, with a checked switch, onto rdmap_qp.h's enum rdmap_rtr,
+ * so mpa's enum and rdmap's are the only two RTR types.
+ */
 struct wisp_stream_params {
 	uint8_t mpa_rev;      /* 1 or 2 */
 	bool crc;             /* CRC32c in every FPDU, both directions */
 	bool markers;         /* must be false: markers are not implemented */
 	uint16_t ird;         /* Read Requests we accept in flight */
 	uint16_t ord;         /* Read Requests we may have in flight */
-	enum wisp_rtr rtr;
+	bool p2p;             /* RFC 6581 peer-to-peer: an RTR comes first */
+	bool initiator;       /* this end sent the MPA Request */
+	uint8_t rtr;          /* with p2p: the negotiated enum mpa_rtr */
 };
 
 /*
@@ -48,7 +51,8 @@ struct wisp_stream_params {
  * the QP moves to RTS and its engine starts moving FPDUs. The socket
  * belongs to the QP from now on, whatever the result: on failure it has
  * been closed. Returns 0 or a positive errno (EINVAL bad parameters or QP
- * state, EOPNOTSUPP markers, ENOMEM, EBUSY if a stream is attached).
+ * state, EOPNOTSUPP markers or a SEND RTR, ENOMEM, EBUSY if a stream is
+ * attached).
  */
 int wisp_qp_attach_stream(struct ibv_qp *qp, int fd,
 			  const struct wisp_stream_params *params);

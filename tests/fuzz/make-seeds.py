@@ -95,6 +95,28 @@ def main():
     write(t, "req-enh-short", b"\x00" + mpa_frame(req, 0x10, 2, b"\x01"))
     write(t, "bad-key", b"\x00" + b"GET / HTTP/1.1\r\n\r\n")
 
+    # fuzz_mpa_negotiate: octet 0 is the local configuration (rev, CRC,
+    # p2p, RTRs, preference, IRD/ORD; see the target); the rest a Request
+    # or Reply, and private data of a wisp-to-wisp exchange.
+    t = "fuzz_mpa_negotiate"
+    write(t, "req-rev1-cfg1", b"\x01" + mpa_frame(req, 0x00, 1, b"abc"))
+    write(t, "req-rev2-p2p-cfg86", b"\x86" +
+          mpa_frame(req, 0x50, 2, b"ulp", (0x8000 | 16, 0xC000 | 16)))
+    write(t, "req-rev2-send-only-cfg5c", b"\x5c" +
+          mpa_frame(req, 0x10, 2, b"", (0xC000 | 1, 0)))
+    write(t, "req-ird-3fff-cfgc4", b"\xc4" +
+          mpa_frame(req, 0x10, 2, b"", (0x8000 | 0x3FFF, 0x4000 | 0x3FFF)))
+    write(t, "req-markers-cfg0", b"\x00" + mpa_frame(req, 0x80, 2, b"",
+                                                   (0, 0)))
+    write(t, "req-enh-short-cfg2", b"\x02" + mpa_frame(req, 0x10, 2, b"\x01"))
+    write(t, "rep-rev2-read-cfg84", b"\x84" +
+          mpa_frame(rep, 0x10, 2, b"", (0x8000 | 16, 0x4000 | 16)))
+    write(t, "rep-rev2-ord-high-cfg44", b"\x44" +
+          mpa_frame(rep, 0x10, 2, b"", (0x8000 | 1, 0x8000 | 200)))
+    write(t, "rep-reject-s-cfg4", b"\x04" + mpa_frame(rep, 0x30, 2, b"no"))
+    write(t, "rep-rev1-cfg1", b"\x01" + mpa_frame(rep, 0x40, 1, b"ok"))
+    write(t, "pdata-cfg2e", b"\x2e" + bytes(range(200)))
+
     t = "fuzz_mpa_fpdu"
     send = untagged(3, True, 0, 0, 1, 0) + bytes(24)
     rresp = tagged(2, True, 0x12345678, 0xABCD)

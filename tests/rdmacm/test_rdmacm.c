@@ -8,6 +8,7 @@
  * and rdma-core's channel and destroy semantics. Every wait is bounded.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -911,6 +913,381 @@ Test(rdmacm, no_common_rtr_is_connect_error)
 	rdma_destroy_qp(sv);
 	rdma_destroy_id(cl);
 	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+/* ---- hardening: pending handshakes, backlog, IRD in force ------------- */
+
+/* Entries of a /proc directory, less the one descriptor reading it
+ * takes when it is our own fd directory (fd_dir). */
+static int count_dir(const char *path, bool fd_dir)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d, "%s: %s", path, strerror(errno));
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return fd_dir ? n - 1 : n;
+}
+
+static int self_threads(void)
+{
+	return count_dir("/proc/self/task", false);
+}
+
+static int self_fds(void)
+{
+	return count_dir("/proc/self/fd", true);
+}
+
+/* Wait up to ms for threads and fds to come back to want_t / want_f. */
+static bool settles_at(int want_t, int want_f, int ms)
+{
+	int64_t end = now_ms() + ms;
+
+	do {
+		if (self_threads() == want_t && self_fds() == want_f)
+			return true;
+		poll(NULL, 0, 50);
+	} while (now_ms() < end);
+	return false;
+}
+
+/* A TCP connection to 127.0.0.1:port from 127.0.0.<host>, or -1 if the
+ * listener's kernel queue refused it. */
+static int raw_connect_from(int host, uint16_t port)
+{
+	struct sockaddr_in src = { .sin_family = AF_INET };
+	struct sockaddr_in dst = { .sin_family = AF_INET };
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(s, 0);
+	src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)host);
+	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	dst.sin_port = htons(port);
+	cr_assert_eq(bind(s, (struct sockaddr *)&src, sizeof(src)), 0,
+		     "bind 127.0.0.%d: %s", host, strerror(errno));
+	if (connect(s, (struct sockaddr *)&dst, sizeof(dst))) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* Connect cl to the listener on sch, accept, both ESTABLISHED; returns
+ * the server's id. */
+static struct rdma_cm_id *connect_one(struct rdma_event_channel *sch,
+				      struct rdma_event_channel *cch,
+				      struct rdma_cm_id *cl)
+{
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *sv;
+
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, NULL), 0, "connect: %s",
+		     strerror(errno));
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, NULL), 0, "accept: %s", strerror(errno));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ESTABLISHED,
+				       WAIT_MS));
+	return sv;
+}
+
+static void tear_down(struct rdma_event_channel *sch,
+		      struct rdma_event_channel *cch, struct rdma_cm_id *cl,
+		      struct rdma_cm_id *sv)
+{
+	cr_assert_eq(rdma_disconnect(cl), 0);
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(cl);
+	rdma_destroy_qp(sv);
+	cr_assert_eq(rdma_destroy_id(cl), 0);
+	cr_assert_eq(rdma_destroy_id(sv), 0);
+}
+
+#define SLOW_CONNS 300
+#define SLOW_HOSTS 10          /* from 127.0.0.10 .. 127.0.0.19 */
+
+struct drip {
+	int *fds;
+	int n;
+	volatile int stop;
+};
+
+/* One octet of a Request key per second on every other connection (the
+ * rest stay silent: TCP connected, no MPA Request). */
+static void *drip_thread(void *arg)
+{
+	static const uint8_t key[] = { KEY_REQ };
+	struct drip *d = arg;
+
+	for (int i = 0; !d->stop && i < (int)sizeof(key); i++) {
+		for (int k = 0; k < d->n; k += 2)
+			if (d->fds[k] >= 0)
+				send(d->fds[k], &key[i], 1,
+				     MSG_NOSIGNAL | MSG_DONTWAIT);
+		for (int t = 0; t < 20 && !d->stop; t++)
+			poll(NULL, 0, 50);
+	}
+	return NULL;
+}
+
+Test(rdmacm, slow_handshakes_do_not_starve_clients, .timeout = 60)
+{
+	static int fds[SLOW_CONNS];
+	struct rdma_event_channel *sch, *cch;
+	struct drip d = { .fds = fds, .n = SLOW_CONNS };
+	struct rdma_cm_id *l, *cl, *sv;
+	int base_t, base_f, t, f, opened = 0;
+	int64_t t0, took;
+	pthread_t drip;
+	uint16_t port;
+
+	/* At most 16 handshakes per source address and 64 in all. */
+	setenv("WISP_MPA_MAX_PENDING", "64", 1);
+	setenv("WISP_MPA_MAX_PENDING_PER_ADDR", "16", 1);
+	sch = rdma_create_event_channel();
+	cch = rdma_create_event_channel();
+	cr_assert(sch && cch);
+	l = listener(sch, AF_INET, &port);
+
+	/* One connection first, so that the engine thread and whatever the
+	 * device keeps open are in the baseline. */
+	cl = resolved(cch, AF_INET, port);
+	sv = connect_one(sch, cch, cl);
+	tear_down(sch, cch, cl, sv);
+	poll(NULL, 0, 200);
+	base_t = self_threads();
+	base_f = self_fds();
+
+	for (int i = 0; i < SLOW_CONNS; i++) {
+		fds[i] = raw_connect_from(10 + i % SLOW_HOSTS, port);
+		opened += fds[i] >= 0;
+	}
+	cr_assert_geq(opened, SLOW_CONNS * 9 / 10, "only %d connected",
+		      opened);
+	cr_assert_eq(pthread_create(&drip, NULL, drip_thread, &d), 0);
+	poll(NULL, 0, 500);
+
+	/* No thread per pending handshake, and no more sockets held than
+	 * the bounds allow (ours: opened; the listener's: at most 64). */
+	t = self_threads();
+	f = self_fds();
+	cr_log_info("baseline %d threads %d fds; held: %d threads %d fds",
+		    base_t, base_f, t, f);
+	cr_assert_leq(t, base_t + 1, "threads %d, baseline %d", t, base_t);
+	cr_assert_leq(f, base_f + opened + 64, "fds %d, baseline %d + %d",
+		      f, base_f, opened);
+
+	/* A real client from 127.0.0.1 still gets in at once. */
+	t0 = now_ms();
+	cl = resolved(cch, AF_INET, port);
+	sv = connect_one(sch, cch, cl);
+	took = now_ms() - t0;
+	cr_assert_lt(took, 2000, "connecting took %lld ms", (long long)took);
+	send_recv(cl, sv);
+	tear_down(sch, cch, cl, sv);
+
+	d.stop = 1;
+	pthread_join(drip, NULL);
+	for (int i = 0; i < SLOW_CONNS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	cr_assert(settles_at(base_t, base_f, 5000),
+		  "back to %d threads %d fds? now %d, %d", base_t, base_f,
+		  self_threads(), self_fds());
+	cr_assert_eq(rdma_destroy_id(l), 0);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, listen_backlog_bounds_queued_requests)
+{
+	/* rdma_listen(id, 2): two CONNECT_REQUESTs wait for the
+	 * application, a third Request is refused by MPA with R set (as the
+	 * kernel's iWARP CM when its backlog is full); once one is taken,
+	 * there is room again. */
+	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l;
+	uint8_t rep[20];
+	int s[4];
+	uint16_t port;
+
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_eq(rdma_listen(l, 2), 0);
+	port = ntohs(rdma_get_src_port(l));
+	for (int i = 0; i < 3; i++) {
+		s[i] = raw_connect(AF_INET, port);
+		cr_assert_eq(write(s[i], req, sizeof(req)),
+			     (ssize_t)sizeof(req));
+		poll(NULL, 0, 100);
+	}
+	cr_assert_eq(raw_read(s[2], rep, sizeof(rep)), (ssize_t)sizeof(rep),
+		     "the third Request is answered");
+	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
+	cr_assert_eq(rep[16] & 0x20, 0x20, "with R set");
+
+	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	rdma_destroy_id(ev->id);
+	rdma_ack_cm_event(ev);
+	s[3] = raw_connect(AF_INET, port);
+	cr_assert_eq(write(s[3], req, sizeof(req)), (ssize_t)sizeof(req));
+	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	rdma_destroy_id(ev->id);
+	rdma_ack_cm_event(ev);
+	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	rdma_destroy_id(ev->id);
+	rdma_ack_cm_event(ev);
+	expect_no_event(ch, 200);
+	for (int i = 0; i < 4; i++)
+		close(s[i]);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, listen_backlog_zero_is_the_default)
+{
+	/* As rdma-core (the kernel's ucma_listen): 0 or less means the
+	 * default, here WISP_CM_MAX_BACKLOG; 3 Requests then all wait. */
+	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
+	struct rdma_event_channel *ch;
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l;
+	uint16_t port;
+	int s[4];
+
+	setenv("WISP_CM_MAX_BACKLOG", "3", 1);
+	ch = rdma_create_event_channel();
+	cr_assert_not_null(ch);
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_eq(rdma_listen(l, 0), 0);
+	port = ntohs(rdma_get_src_port(l));
+	for (int i = 0; i < 4; i++) {
+		s[i] = raw_connect(AF_INET, port);
+		cr_assert_eq(write(s[i], req, sizeof(req)),
+			     (ssize_t)sizeof(req));
+		poll(NULL, 0, 100);
+	}
+	for (int i = 0; i < 3; i++) {
+		ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+		rdma_destroy_id(ev->id);
+		rdma_ack_cm_event(ev);
+	}
+	expect_no_event(ch, 200);
+	for (int i = 0; i < 4; i++)
+		close(s[i]);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, pending_limits_environment_is_strict)
+{
+	static const char *const vars[] = {
+		"WISP_MPA_MAX_PENDING", "WISP_MPA_MAX_PENDING_PER_ADDR",
+		"WISP_CM_MAX_BACKLOG",
+	};
+	static const char *const bad[] = { "0", "-1", "12x", "", "65537" };
+
+	for (size_t v = 0; v < sizeof(vars) / sizeof(vars[0]); v++) {
+		for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+			pid_t pid = fork();
+			int st;
+
+			cr_assert_geq(pid, 0);
+			if (!pid) {
+				/* A fresh library in a child each time. */
+				setenv(vars[v], bad[b], 1);
+				_exit(rdma_create_event_channel() ? 1 :
+				      errno == EINVAL ? 0 : 2);
+			}
+			cr_assert_eq(waitpid(pid, &st, 0), pid);
+			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+				  "%s=\"%s\" accepted", vars[v], bad[b]);
+		}
+	}
+}
+
+Test(rdmacm, rev1_established_reports_ird_in_force)
+{
+	/* A rev 1 connection negotiates no IRD/ORD: accepted without a
+	 * conn_param, it runs with the QP's own limits (at least 1), and
+	 * ESTABLISHED says so rather than 0. An RDMA Read then works. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param cp = {
+		.responder_resources = 1, .initiator_depth = 1,
+	};
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr qa;
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	char src[16] = "read me", dst[16] = "";
+	struct ibv_mr *smr, *dmr;
+	struct ibv_wc wc;
+	int rev = 1;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_MPA_REV,
+				     &rev, sizeof(rev)), 0);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &cp), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	cr_assert_eq(ev->param.conn.responder_resources, 0, "nothing offered");
+	rdma_ack_cm_event(ev);
+	make_qp(sv);
+	cr_assert_eq(ibv_query_qp(sv->qp, &qa, IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MAX_QP_RD_ATOMIC, &init), 0);
+	cr_assert_eq(rdma_accept(sv, NULL), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	cr_assert_geq(ev->param.conn.responder_resources, 1);
+	cr_assert_eq(ev->param.conn.responder_resources,
+		     qa.max_dest_rd_atomic ? qa.max_dest_rd_atomic : 1);
+	cr_assert_eq(ev->param.conn.initiator_depth,
+		     qa.max_rd_atomic ? qa.max_rd_atomic : 1);
+	rdma_ack_cm_event(ev);
+	ev = expect_event(cch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	cr_assert_eq(ev->param.conn.responder_resources, 1);
+	cr_assert_eq(ev->param.conn.initiator_depth, 1);
+	rdma_ack_cm_event(ev);
+
+	smr = rdma_reg_read(sv, src, sizeof(src));
+	dmr = rdma_reg_msgs(cl, dst, sizeof(dst));
+	cr_assert(smr && dmr);
+	cr_assert_eq(rdma_post_read(cl, NULL, dst, sizeof(src), dmr,
+				    IBV_SEND_SIGNALED, (uintptr_t)src,
+				    smr->rkey), 0);
+	cr_assert_eq(rdma_get_send_comp(cl, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "read: %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_str_eq(dst, "read me");
+	rdma_dereg_mr(smr);
+	rdma_dereg_mr(dmr);
+	tear_down(sch, cch, cl, sv);
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);

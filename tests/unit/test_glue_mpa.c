@@ -298,3 +298,42 @@ Test(glue_mpa, connect_refused_promptly)
 	cr_assert_lt(glue_mpa_now_ms() - t0, 1000);
 	close(c);
 }
+
+Test(glue_mpa, step_reader_never_blocks_and_stops_at_the_frame)
+{
+	/* The non-blocking reader a listener uses for many connections:
+	 * -EAGAIN while the frame is incomplete (one octet at a time, as a
+	 * slow peer sends it), then the frame, and the octets after it left
+	 * in the socket. */
+	static const uint8_t bad[] = { 'M', 'P', 'X' };
+	uint8_t buf[GLUE_MPA_FRAME_MAX], next;
+	struct glue_mpa_rd rd;
+	enum mpa_error err;
+	int sv[2];
+
+	pair(sv);
+	glue_mpa_rd_init(&rd, MPA_REQUEST, buf, sizeof(buf));
+	cr_assert_eq(glue_mpa_rd_step(sv[0], &rd, &err), -EAGAIN);
+	for (size_t i = 0; i + 1 < sizeof(request); i++) {
+		cr_assert_eq(write(sv[1], &request[i], 1), 1);
+		cr_assert_eq(glue_mpa_rd_step(sv[0], &rd, &err), -EAGAIN,
+			     "after %zu octets", i + 1);
+	}
+	cr_assert_eq(write(sv[1], &request[sizeof(request) - 1], 1), 1);
+	cr_assert_eq(write(sv[1], "F", 1), 1);
+	cr_assert_eq(glue_mpa_rd_step(sv[0], &rd, &err),
+		     (int)sizeof(request));
+	cr_assert_eq(memcmp(buf, request, sizeof(request)), 0);
+	cr_assert_eq(read(sv[0], &next, 1), 1);
+	cr_assert_eq(next, 'F', "the next octet stays for the engine");
+
+	/* A wrong key is refused at its first wrong octet. */
+	glue_mpa_rd_init(&rd, MPA_REQUEST, buf, sizeof(buf));
+	cr_assert_eq(write(sv[1], bad, sizeof(bad)), (ssize_t)sizeof(bad));
+	cr_assert_eq(glue_mpa_rd_step(sv[0], &rd, &err), -EPROTO);
+	cr_assert_eq(err, MPA_ERR_BAD_KEY);
+	close(sv[1]);
+	glue_mpa_rd_init(&rd, MPA_REQUEST, buf, sizeof(buf));
+	cr_assert_eq(glue_mpa_rd_step(sv[0], &rd, &err), -ECONNRESET);
+	close(sv[0]);
+}

@@ -122,10 +122,40 @@ static const struct glue_conn_ops stream_ops = {
 /* wisp_private.h                                                     */
 /* ------------------------------------------------------------------ */
 
-/* The core's view of the negotiated stream; MULPDU from the socket. */
-static void stream_cfg(const struct wisp_qp *qp, int fd,
-		       const struct wisp_stream_params *p,
-		       struct rdmap_stream_cfg *s)
+/* The QP's start for the RTR an MPA exchange negotiated (RFC 6581 9.2,
+ * 9.3): the initiator sends it, the responder waits for the peer's first
+ * FPDU. 0 or a positive errno. */
+static int stream_rtr(const struct wisp_stream_params *p, enum rdmap_rtr *out)
+{
+	if (!p->p2p) {
+		*out = RDMAP_RTR_NONE;
+		return 0;
+	}
+	if (!p->initiator) {
+		*out = RDMAP_RTR_EXPECT;
+		return 0;
+	}
+	switch (p->rtr) {
+	case MPA_RTR_WRITE:
+		*out = RDMAP_RTR_SEND_WRITE;
+		return 0;
+	case MPA_RTR_READ:
+		*out = RDMAP_RTR_SEND_READ;
+		return 0;
+	case MPA_RTR_SEND:
+		/* A zero-length SEND needs a receive the peer's ULP posted
+		 * before it knows it is connected: never offered. */
+		return EOPNOTSUPP;
+	default:
+		return EINVAL;
+	}
+}
+
+/* The core's view of the negotiated stream; MULPDU from the socket.
+ * 0 or a positive errno. */
+static int stream_cfg(const struct wisp_qp *qp, int fd,
+		      const struct wisp_stream_params *p,
+		      struct rdmap_stream_cfg *s)
 {
 	int mss = 0;
 	socklen_t len = sizeof(mss);
@@ -140,9 +170,7 @@ static void stream_cfg(const struct wisp_qp *qp, int fd,
 	 * fall back to the QP's own attributes. */
 	s->ird = p->ird ? p->ird : qp->ird;
 	s->ord = p->ord ? p->ord : qp->ord;
-	s->rtr = p->rtr == WISP_RTR_SEND_WRITE ? RDMAP_RTR_SEND_WRITE :
-		 p->rtr == WISP_RTR_SEND_READ ? RDMAP_RTR_SEND_READ :
-		 p->rtr == WISP_RTR_EXPECT ? RDMAP_RTR_EXPECT : RDMAP_RTR_NONE;
+	return stream_rtr(p, &s->rtr);
 }
 
 int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
@@ -177,7 +205,9 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 		ret = errno;
 		goto err_close;
 	}
-	stream_cfg(qp, fd, p, &s);
+	ret = stream_cfg(qp, fd, p, &s);
+	if (ret)
+		goto err_close;
 	pthread_mutex_lock(&qp->post_lock);
 	ret = -rdmap_qp_start(qp->core, &s);
 	if (!ret)

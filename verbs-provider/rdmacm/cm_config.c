@@ -35,6 +35,16 @@ static const struct wcm_opts opts_default = {
 	.afonly = -1,
 };
 
+/* Bounds of the passive side (docs/configuration.md): a slow or silent
+ * peer costs a socket and a few hundred octets until its Request arrives
+ * or WISP_MPA_TIMEOUT_MS passes, so these bound what hundreds of them can
+ * hold. The backlog default is the kernel's (net.rdma_ucm.max_backlog). */
+static const struct wcm_limits limits_default = {
+	.max_pending = 256,
+	.max_pending_addr = 32,
+	.max_backlog = 1024,
+};
+
 void wcm_log(enum wcm_log_level level, const char *fmt, ...)
 {
 	static const char *const names[] = {
@@ -69,9 +79,10 @@ static int parse_word(const char *var, const char *val,
 	return bad_value(var, val, accepted);
 }
 
-/* A whole number of milliseconds in [min, max] into *out. */
-static int parse_ms(const char *var, const char *val, long min, long max,
-		    int *out)
+/* A whole number of what (e.g. "milliseconds") in [min, max] into *out:
+ * decimal digits only, no sign, no suffix. */
+static int parse_whole(const char *var, const char *val, const char *what,
+		       long min, long max, int *out)
 {
 	char *end;
 	long v = -1;
@@ -86,11 +97,25 @@ static int parse_ms(const char *var, const char *val, long min, long max,
 		char accepted[80];
 
 		snprintf(accepted, sizeof(accepted),
-			 "a whole number of milliseconds, %ld to %ld", min, max);
+			 "a whole number of %s, %ld to %ld", what, min, max);
 		return bad_value(var, val, accepted);
 	}
 	*out = (int)v;
 	return 0;
+}
+
+static int parse_ms(const char *var, const char *val, long min, long max,
+		    int *out)
+{
+	return parse_whole(var, val, "milliseconds", min, max, out);
+}
+
+/* An optional WISP_* count in [1, WCM_LIMIT_MAX] into *out. */
+static int parse_limit(const char *var, const char *what, int *out)
+{
+	const char *v = getenv(var);
+
+	return v ? parse_whole(var, v, what, 1, WCM_LIMIT_MAX, out) : 0;
 }
 
 int wcm_config_load(void)
@@ -104,6 +129,7 @@ int wcm_config_load(void)
 	};
 	struct wcm_opts o = opts_default;
 	enum wcm_log_level level = WCM_LOG_WARN;
+	struct wcm_limits lim = limits_default;
 	const char *v;
 	int r, ret = 0;
 
@@ -163,12 +189,25 @@ int wcm_config_load(void)
 		if (r < 0)
 			ret = r;
 	}
+	r = parse_limit("WISP_MPA_MAX_PENDING", "connections",
+			&lim.max_pending);
+	if (r < 0)
+		ret = r;
+	r = parse_limit("WISP_MPA_MAX_PENDING_PER_ADDR", "connections",
+			&lim.max_pending_addr);
+	if (r < 0)
+		ret = r;
+	r = parse_limit("WISP_CM_MAX_BACKLOG", "connection requests",
+			&lim.max_backlog);
+	if (r < 0)
+		ret = r;
 	if (ret)
 		return ret;
 	/* Peer-to-peer is an RFC 6581 feature: with rev 1 it is off. */
 	if (o.mpa_rev == 1)
 		o.p2p = false;
 	wcm.opts = o;
+	wcm.limits = lim;
 	wcm.log_level = level;
 	return 0;
 }

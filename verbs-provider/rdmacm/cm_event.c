@@ -209,6 +209,11 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 			}
 			e->next = NULL;
 			e->owner->events_out++;
+			/* rdma-core's backlog counts the requests not yet
+			 * handed to the application (cm_passive.c). */
+			if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+			    e->ev.id != &e->owner->id)
+				e->owner->req_queued--;
 			if (e->ev.event == RDMA_CM_EVENT_DISCONNECTED)
 				to_wid(e->ev.id)->disc = 2;
 			if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST &&

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cm_id.c - the library's device and the rdma_cm_id life cycle up to the
- * connection: create, bind, resolve (addresses are IP addresses and the
- * route is TCP's, so resolution is immediate), listen, destroy.
+ * cm_id.c - the rdma_cm_id life cycle up to the connection: create, bind,
+ * resolve (addresses are IP addresses and the route is TCP's, so
+ * resolution is immediate), options, destroy; the CM threads that work
+ * for an id. rdma_listen is the passive side's (cm_passive.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,84 +18,10 @@
 #include "cm_internal.h"
 #include "wisp_rdmacm.h"
 
-struct wcm_lib wcm = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.cond = PTHREAD_COND_INITIALIZER,
-	.log_level = WCM_LOG_WARN,
-};
-
 static int fail(int neg_errno)
 {
 	errno = -neg_errno;
 	return -1;
-}
-
-int wcm_init(void)
-{
-	struct ibv_device **devs = NULL;
-	struct ibv_context *verbs = NULL;
-	struct ibv_pd *pd = NULL;
-	int ret, n = 0;
-
-	pthread_mutex_lock(&wcm.lock);
-	if (wcm.ready) {
-		pthread_mutex_unlock(&wcm.lock);
-		return 0;
-	}
-	ret = wcm_config_load();
-	pthread_mutex_unlock(&wcm.lock);
-	if (ret)
-		return ret;
-
-	/* The device list of the libibverbs.so.1 that was loaded with us:
-	 * wisp's, whose one device is wisp0. */
-	devs = ibv_get_device_list(&n);
-	if (!devs || n < 1) {
-		wcm_log(WCM_LOG_ERROR, "no RDMA device (is wisp's "
-			"libibverbs.so.1 the one loaded? see wisp-run)");
-		ret = -ENODEV;
-		goto err;
-	}
-	for (int i = 0; i < n; i++) {
-		if (!strcmp(ibv_get_device_name(devs[i]), "wisp0")) {
-			verbs = ibv_open_device(devs[i]);
-			break;
-		}
-	}
-	if (!verbs)
-		verbs = ibv_open_device(devs[0]);
-	if (!verbs) {
-		ret = errno ? -errno : -ENODEV;
-		goto err;
-	}
-	pd = ibv_alloc_pd(verbs);
-	if (!pd) {
-		ret = errno ? -errno : -ENOMEM;
-		goto err;
-	}
-
-	pthread_mutex_lock(&wcm.lock);
-	if (wcm.ready) {
-		/* Another thread won the race: use its device. */
-		pthread_mutex_unlock(&wcm.lock);
-		ibv_dealloc_pd(pd);
-		ibv_close_device(verbs);
-		ibv_free_device_list(devs);
-		return 0;
-	}
-	wcm.devs = devs;
-	wcm.verbs = verbs;
-	wcm.pd = pd;
-	wcm.ready = true;
-	pthread_mutex_unlock(&wcm.lock);
-	return 0;
-
-err:
-	if (verbs)
-		ibv_close_device(verbs);
-	if (devs)
-		ibv_free_device_list(devs);
-	return ret;
 }
 
 socklen_t wcm_addrlen(const struct sockaddr *sa)
@@ -109,6 +36,38 @@ socklen_t wcm_addrlen(const struct sockaddr *sa)
 	default:
 		return 0;
 	}
+}
+
+const char *wcm_state_str(enum wcm_state s)
+{
+	static const char *const names[] = {
+		[WCM_IDLE] = "IDLE",
+		[WCM_BOUND] = "BOUND",
+		[WCM_ADDR_RESOLVED] = "ADDR_RESOLVED",
+		[WCM_ROUTE_RESOLVED] = "ROUTE_RESOLVED",
+		[WCM_LISTEN] = "LISTEN",
+		[WCM_CONNECTING] = "CONNECTING",
+		[WCM_CONNECT_REQ] = "CONNECT_REQ",
+		[WCM_ATTACHING] = "ATTACHING",
+		[WCM_CONNECTED] = "CONNECTED",
+		[WCM_DISCONNECTED] = "DISCONNECTED",
+		[WCM_FAILED] = "FAILED",
+	};
+	_Static_assert(sizeof(names) / sizeof(names[0]) == WCM_STATE__COUNT,
+		       "one name per enum wcm_state");
+
+	if ((unsigned int)s >= WCM_STATE__COUNT)
+		return "?";
+	return names[s];
+}
+
+void wcm_set_state(struct wcm_id *w, enum wcm_state s)
+{
+	if (w->state == s)
+		return;
+	wcm_log(WCM_LOG_DEBUG, "id %p: %s -> %s", (void *)&w->id,
+		wcm_state_str(w->state), wcm_state_str(s));
+	w->state = s;
 }
 
 void wcm_id_set_device(struct wcm_id *w)
@@ -148,12 +107,6 @@ struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 
 void wcm_id_free(struct wcm_id *w)
 {
-	while (w->pending) {
-		struct wcm_pending *p = w->pending;
-
-		w->pending = p->next;
-		free(p);
-	}
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->wake_fd >= 0)
@@ -219,6 +172,12 @@ void wcm_thread_done(struct wcm_id *w)
 	pthread_mutex_unlock(&wcm.lock);
 }
 
+void wcm_conn_put(struct wcm_conn *c)
+{
+	if (--c->refs == 0)
+		free(c);
+}
+
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct wcm_id *w, *orphans = NULL;
@@ -234,8 +193,6 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	/* Wake the CM threads of the id: they see dying and let go. */
 	if (w->fd >= 0)
 		shutdown(w->fd, SHUT_RDWR);
-	for (struct wcm_pending *p = w->pending; p; p = p->next)
-		shutdown(p->fd, SHUT_RDWR);
 	if (w->wake_fd >= 0) {
 		uint64_t one = 1;
 
@@ -310,7 +267,7 @@ static bool is_wildcard(const struct sockaddr *sa)
 }
 
 /* Bind a new socket of w to addr (wcm.lock held). */
-static int bind_locked(struct wcm_id *w, const struct sockaddr *addr)
+int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 {
 	socklen_t len = wcm_addrlen(addr);
 	int fd;
@@ -332,7 +289,7 @@ static int bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 	len = sizeof(w->id.route.addr.src_storage);
 	getsockname(fd, &w->id.route.addr.src_addr, &len);
 	w->fd = fd;
-	w->state = WCM_BOUND;
+	wcm_set_state(w, WCM_BOUND);
 	/* As the kernel's rdma_cm: a specific address binds the id to the
 	 * device that owns it (wisp0 owns them all), the wildcard does
 	 * not. */
@@ -350,7 +307,7 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (!wcm_addrlen(addr))
 		return fail(-EINVAL);
 	pthread_mutex_lock(&wcm.lock);
-	ret = bind_locked(to_wid(id), addr);
+	ret = wcm_bind_locked(to_wid(id), addr);
 	pthread_mutex_unlock(&wcm.lock);
 	return ret ? fail(ret) : 0;
 }
@@ -403,7 +360,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		 * this point too). */
 		struct sockaddr_storage any = { .ss_family = dst_addr->sa_family };
 
-		ret = bind_locked(w, src_addr ? src_addr : (struct sockaddr *)&any);
+		ret = wcm_bind_locked(w, src_addr ? src_addr : (struct sockaddr *)&any);
 		if (ret)
 			goto out;
 	}
@@ -432,7 +389,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		else
 			id->route.addr.src_sin6.sin6_port = port;
 		wcm_id_set_device(w);
-		w->state = WCM_ADDR_RESOLVED;
+		wcm_set_state(w, WCM_ADDR_RESOLVED);
 		wcm_event_queue(w, w, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	} else {
 		wcm_event_queue(w, w, RDMA_CM_EVENT_ADDR_ERROR, status, NULL, 0);
@@ -458,54 +415,10 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		pthread_mutex_unlock(&wcm.lock);
 		return fail(-EINVAL);
 	}
-	w->state = WCM_ROUTE_RESOLVED;
+	wcm_set_state(w, WCM_ROUTE_RESOLVED);
 	wcm_event_queue(w, w, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	pthread_mutex_unlock(&wcm.lock);
 	return wcm_complete(w);
-}
-
-int rdma_listen(struct rdma_cm_id *id, int backlog)
-{
-	struct wcm_id *w;
-	int ret, flags;
-
-	if (!id)
-		return fail(-EINVAL);
-	w = to_wid(id);
-	pthread_mutex_lock(&wcm.lock);
-	if (w->state == WCM_IDLE) {
-		/* The kernel binds an unbound listener to the IPv4
-		 * wildcard. */
-		struct sockaddr_in any = { .sin_family = AF_INET };
-
-		ret = bind_locked(w, (struct sockaddr *)&any);
-		if (ret)
-			goto out;
-	}
-	if (w->state != WCM_BOUND) {
-		ret = -EINVAL;
-		goto out;
-	}
-	if (listen(w->fd, backlog > 0 ? backlog : 16)) {
-		ret = -errno;
-		goto out;
-	}
-	/* Non-blocking: a connection that vanishes between poll() and
-	 * accept() must not stall the listener. */
-	flags = fcntl(w->fd, F_GETFL);
-	fcntl(w->fd, F_SETFL, flags | O_NONBLOCK);
-	w->wake_fd = eventfd(0, EFD_CLOEXEC);
-	if (w->wake_fd < 0) {
-		ret = -errno;
-		goto out;
-	}
-	w->state = WCM_LISTEN;
-	ret = wcm_thread_start(w, wcm_listen_thread, w);
-	if (ret)
-		w->state = WCM_BOUND;
-out:
-	pthread_mutex_unlock(&wcm.lock);
-	return ret ? fail(ret) : 0;
 }
 
 static __be16 port_of(const struct sockaddr *sa)
@@ -589,30 +502,4 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
 	}
 	pthread_mutex_unlock(&wcm.lock);
 	return ret ? fail(ret) : 0;
-}
-
-struct ibv_context **rdma_get_devices(int *num_devices)
-{
-	struct ibv_context **list;
-	int ret = wcm_init();
-
-	if (ret) {
-		if (num_devices)
-			*num_devices = 0;
-		errno = -ret;
-		return NULL;
-	}
-	list = calloc(2, sizeof(*list));
-	if (!list)
-		return NULL;
-	list[0] = wcm.verbs;
-	if (num_devices)
-		*num_devices = 1;
-	return list;
-}
-
-void rdma_free_devices(struct ibv_context **list)
-{
-	/* The contexts stay open for the ids, as in rdma-core. */
-	free(list);
 }

@@ -8,12 +8,20 @@
  * tells us when the stream ends.
  *
  *   cm_config.c  WISP_* environment, per-id options, logging
+ *   cm_lib.c     the library's state and device, rdma_get_devices
  *   cm_event.c   event channels, events, get/ack, migrate
- *   cm_id.c      the library's device, ids, bind, resolve, listen
- *   cm_conn.c    connect, accept, reject, disconnect, the CM threads
+ *   cm_id.c      ids: create, bind, resolve, options, destroy, threads
+ *   cm_stream.c  a connection after MPA: ESTABLISHED, DISCONNECTED,
+ *                rdma_disconnect
+ *   cm_passive.c rdma_listen, the Request, rdma_accept, rdma_reject
+ *   cm_active.c  rdma_connect and its thread
  *   cm_qp.c      rdma_create_qp and friends
  *   cm_ep.c      rdma_getaddrinfo, rdma_create_ep, rdma_get_request
  *   cm_stubs.c   what wisp does not offer (rsockets, multicast, ECE)
+ *
+ * Each file calls only files listed above it (cm_qp.c, cm_ep.c and
+ * cm_stubs.c sit on top); tests/rdmacm/check-deps.py checks that there
+ * is no cycle.
  *
  * Locking: one mutex, wcm.lock, guards every id, channel and event. It is
  * never held across a socket call that can block, a verbs call or a
@@ -72,8 +80,18 @@ struct wcm_opts {
 	int afonly;               /* -1: system default */
 };
 
-/* Parse the WISP_* environment into wcm.opts and wcm.log_level. Prints a
- * message naming the variable for a bad value and returns -EINVAL. */
+/* Bounds of the passive side, process-wide (cm_passive.c). */
+#define WCM_LIMIT_MAX 65536
+struct wcm_limits {
+	int max_pending;          /* connections whose MPA Request is being
+				   * read, all listeners together */
+	int max_pending_addr;     /* of them from one source address */
+	int max_backlog;          /* rdma_listen backlog <= 0 or above: this */
+};
+
+/* Parse the WISP_* environment into wcm.opts, wcm.limits and
+ * wcm.log_level. Prints a message naming the variable for a bad value
+ * and returns -EINVAL. */
 int wcm_config_load(void);
 
 /* rdma_set_option at WISP_OPTION_LEVEL. Returns 0 or a negative errno. */
@@ -85,6 +103,14 @@ void wcm_opts_prefs(const struct wcm_opts *o, struct mpa_prefs *p);
 
 void wcm_log(enum wcm_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* ---- cm_lib.c ---------------------------------------------------- */
+
+struct wcm_id;
+
+/* Load the configuration and open the device on first use. 0 or a
+ * negative errno (-EINVAL bad environment, -ENODEV no wisp0). */
+int wcm_init(void);
 
 /* ---- cm_event.c -------------------------------------------------- */
 
@@ -136,6 +162,7 @@ int wcm_complete(struct wcm_id *id);
 
 /* ---- cm_id.c ----------------------------------------------------- */
 
+/* The state of an id. Only wcm_set_state() changes it. */
 enum wcm_state {
 	WCM_IDLE,
 	WCM_BOUND,
@@ -148,7 +175,11 @@ enum wcm_state {
 	WCM_CONNECTED,
 	WCM_DISCONNECTED,
 	WCM_FAILED,
+	WCM_STATE__COUNT
 };
+
+/* The state's name for logs ("IDLE", ...), "?" out of range. */
+const char *wcm_state_str(enum wcm_state s);
 
 /* What the QP's stream-end callback points at. It outlives the id and
  * the QP if need be: one reference is the id's, one the callback's, which
@@ -158,12 +189,6 @@ struct wcm_conn {
 	struct wcm_id *id;        /* NULL once the id is gone */
 	int refs;
 	bool cb_done;             /* callback ran or can no longer run */
-};
-
-/* A socket a CM thread is blocked on, shut down to cancel it. */
-struct wcm_pending {
-	struct wcm_pending *next;
-	int fd;
 };
 
 struct wcm_id {
@@ -176,7 +201,8 @@ struct wcm_id {
 	int wake_fd;              /* listener: eventfd to stop its thread */
 	int workers;              /* CM threads using this id */
 	unsigned int events_out;  /* delivered, not yet acked */
-	struct wcm_pending *pending; /* listener: sockets being read */
+	int backlog;              /* listener: CONNECT_REQUESTs that may wait */
+	int req_queued;           /* listener: queued, not yet delivered */
 	struct wcm_opts opts;
 
 	/* Connection parameters. */
@@ -206,6 +232,8 @@ static inline struct wcm_id *to_wid(struct rdma_cm_id *id)
 	return container_of(id, struct wcm_id, id);
 }
 
+struct wcm_hs;                /* a handshake being read (cm_passive.c) */
+
 struct wcm_lib {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -214,14 +242,14 @@ struct wcm_lib {
 	struct ibv_context *verbs; /* wisp0, opened once */
 	struct ibv_pd *pd;         /* default PD of ids (rdma-core's too) */
 	struct wcm_opts opts;      /* from the environment */
+	struct wcm_limits limits;  /* from the environment */
 	enum wcm_log_level log_level;
+	/* Handshakes being read by listener threads (cm_passive.c). */
+	struct wcm_hs *hs_all;
+	int hs_count;
 };
 
 extern struct wcm_lib wcm;
-
-/* Load the configuration and open the device on first use. 0 or a
- * negative errno (-EINVAL bad environment, -ENODEV no wisp0). */
-int wcm_init(void);
 
 /* New id on channel ch (wcm.lock not held). NULL with errno set. */
 struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
@@ -230,11 +258,19 @@ struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 /* Attach the device to id: verbs, pd, port (wcm.lock held). */
 void wcm_id_set_device(struct wcm_id *w);
 
+/* Move w to state s, logged at debug level (wcm.lock held, or w not yet
+ * visible to other threads). */
+void wcm_set_state(struct wcm_id *w, enum wcm_state s);
+
 /* Free an id that no thread or event refers to any more. */
 void wcm_id_free(struct wcm_id *w);
 
 /* Socket address length for a family, 0 if not IPv4/IPv6. */
 socklen_t wcm_addrlen(const struct sockaddr *sa);
+
+/* Bind a new socket of w (WCM_IDLE) to addr; the id becomes WCM_BOUND.
+ * wcm.lock held. 0 or a negative errno. */
+int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr);
 
 /* Set the id's socket options (REUSEADDR, TOS, V6ONLY) on fd. */
 void wcm_sock_opts(const struct wcm_id *w, int fd, int family);
@@ -244,11 +280,36 @@ int wcm_thread_start(struct wcm_id *w, void *(*fn)(void *), void *arg);
 /* Called by the thread as its last act (takes wcm.lock). */
 void wcm_thread_done(struct wcm_id *w);
 
-/* ---- cm_conn.c --------------------------------------------------- */
-
-void *wcm_listen_thread(void *arg);
 /* Drop a connection's reference (wcm.lock held). */
 void wcm_conn_put(struct wcm_conn *c);
+
+/* ---- cm_stream.c ------------------------------------------------- */
+
+/* "a.b.c.d:port" or "[v6]:port" of sa into buf; returns buf. */
+const char *wcm_addr_str(const struct sockaddr *sa, char *buf, size_t len);
+
+/* TCP_NODELAY on fd, a warning if it cannot be set. */
+void wcm_no_delay(int fd);
+
+/*
+ * Hand the connected socket fd to the QP of w (state WCM_ATTACHING, set by
+ * the caller) and raise ESTABLISHED. Without a QP the CM keeps the socket
+ * and watches it for the peer's close. On failure an active side raises
+ * CONNECT_ERROR; a passive side gets the error back for rdma_accept.
+ * fd is consumed either way. wcm.lock not held. 0 or a negative errno.
+ */
+int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
+		  const struct mpa_params *p, bool active);
+
+/* IRD / ORD from a conn_param as rdma-core reads it: 0xff means dflt.
+ * 0 or -EINVAL above WCM_MAX_RD_ATOMIC. */
+int wcm_depth_of(uint8_t v, uint8_t dflt, uint16_t *out);
+
+/* The QP a connection's stream goes to (w->ext_qp set if it is named by
+ * param->qp_num); what names the caller in log lines. wcm.lock held.
+ * 0 or -EINVAL. */
+int wcm_resolve_qp(struct wcm_id *w, const struct rdma_conn_param *param,
+		   const char *what);
 
 /* ---- cm_qp.c ----------------------------------------------------- */
 

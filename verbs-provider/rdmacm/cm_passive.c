@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cm_passive.c - the passive side of a connection: rdma_listen's thread
+ * accepts TCP connections, reads their MPA Requests within the timeout,
+ * all of them at once without blocking (bounded: see struct wcm_hs), and
+ * raises CONNECT_REQUEST on a new id carrying the Initiator's private
+ * data, as long as the listen backlog has room. rdma_accept sends the
+ * Reply and hands the socket to the QP (ESTABLISHED); rdma_reject sends a
+ * Reply with R set and closes. The MPA steps are common/wisp_startup.c's.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cm_internal.h"
+#include "common/wisp_startup.h"
+
+static int fail(int neg_errno)
+{
+	errno = -neg_errno;
+	return -1;
+}
+
+/*
+ * Pending handshakes. A TCP connection costs nothing but its socket and
+ * one struct wcm_hs until its MPA Request has arrived: the listener's own
+ * thread reads every pending Request without blocking (glue_mpa_rd_step),
+ * so hundreds of silent or slow peers (TCP connected, no Request, or one
+ * octet a second) cost no thread each, and a legitimate Request is read
+ * as soon as it arrives. They are bounded process-wide by
+ * WISP_MPA_MAX_PENDING and per source address by
+ * WISP_MPA_MAX_PENDING_PER_ADDR (docs/configuration.md): a connection
+ * over the address bound is closed at once; one over the global bound
+ * takes the place of the listener's oldest pending handshake (the one
+ * that has had the most time), or is closed if the listener has none.
+ * Each still has WISP_MPA_TIMEOUT_MS to complete its Request.
+ */
+struct wcm_hs {
+	struct wcm_hs *next;       /* the listener's, oldest first */
+	struct wcm_hs *all_next;   /* wcm.hs_all, for per-address counts */
+	struct wcm_hs **all_pprev;
+	int fd;
+	int64_t deadline;
+	struct in6_addr addr;      /* source address (IPv4 mapped) */
+	struct glue_mpa_rd rd;
+	uint8_t frame[GLUE_MPA_FRAME_MAX];
+	char who[64];
+};
+
+/* What one listener thread holds. */
+struct listener {
+	struct wcm_id *w;
+	struct wcm_hs *head, **tail;
+	int n;
+	/* lfd, wake, then one per handshake: a listener never holds more
+	 * than WISP_MPA_MAX_PENDING. */
+	struct pollfd *pfd;
+};
+
+/* The source address as a key: IPv4 as its IPv4-mapped IPv6 form. */
+static void addr_key(const struct sockaddr_storage *ss, struct in6_addr *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s = (const void *)ss;
+
+		out->s6_addr[10] = 0xff;
+		out->s6_addr[11] = 0xff;
+		memcpy(&out->s6_addr[12], &s->sin_addr, 4);
+	} else if (ss->ss_family == AF_INET6) {
+		*out = ((const struct sockaddr_in6 *)ss)->sin6_addr;
+	}
+}
+
+/* Pending handshakes from addr, all listeners (wcm.lock held). */
+static int hs_from(const struct in6_addr *addr)
+{
+	int n = 0;
+
+	for (const struct wcm_hs *h = wcm.hs_all; h; h = h->all_next)
+		n += !memcmp(&h->addr, addr, sizeof(*addr));
+	return n;
+}
+
+/* Unlink h from the global list and close it (wcm.lock not held). */
+static void hs_close(struct wcm_hs *h)
+{
+	pthread_mutex_lock(&wcm.lock);
+	*h->all_pprev = h->all_next;
+	if (h->all_next)
+		h->all_next->all_pprev = h->all_pprev;
+	wcm.hs_count--;
+	pthread_mutex_unlock(&wcm.lock);
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h);
+}
+
+/* Take h out of the listener's list (it is not closed). */
+static void hs_unlink(struct listener *ls, struct wcm_hs *h)
+{
+	struct wcm_hs **pp = &ls->head;
+
+	while (*pp != h)
+		pp = &(*pp)->next;
+	*pp = h->next;
+	if (ls->tail == &h->next)
+		ls->tail = pp;
+	ls->n--;
+}
+
+static void hs_drop(struct listener *ls, struct wcm_hs *h)
+{
+	hs_unlink(ls, h);
+	hs_close(h);
+}
+
+/*
+ * Admit the accepted connection fd from peer as a pending handshake, or
+ * close it when the bounds say no. wcm.lock not held.
+ */
+static void hs_admit(struct listener *ls, int fd,
+		     const struct sockaddr_storage *peer, int timeout_ms)
+{
+	struct wcm_hs *h = calloc(1, sizeof(*h)), *evict = NULL;
+	const char *no = NULL;
+
+	if (!h) {
+		close(fd);
+		return;
+	}
+	h->fd = fd;
+	addr_key(peer, &h->addr);
+	wcm_addr_str((const struct sockaddr *)peer, h->who, sizeof(h->who));
+	pthread_mutex_lock(&wcm.lock);
+	if (hs_from(&h->addr) >= wcm.limits.max_pending_addr) {
+		no = "too many pending from this address "
+		     "(WISP_MPA_MAX_PENDING_PER_ADDR)";
+	} else if (wcm.hs_count >= wcm.limits.max_pending) {
+		evict = ls->head;
+		if (!evict)
+			no = "too many pending (WISP_MPA_MAX_PENDING)";
+	}
+	if (!no) {
+		h->all_next = wcm.hs_all;
+		if (wcm.hs_all)
+			wcm.hs_all->all_pprev = &h->all_next;
+		wcm.hs_all = h;
+		h->all_pprev = &wcm.hs_all;
+		wcm.hs_count++;
+	}
+	pthread_mutex_unlock(&wcm.lock);
+	if (no) {
+		wcm_log(WCM_LOG_INFO, "connection from %s closed: %s", h->who,
+			no);
+		close(fd);
+		free(h);
+		return;
+	}
+	if (evict) {
+		wcm_log(WCM_LOG_INFO, "connection from %s closed: no MPA "
+			"Request yet, its place taken (WISP_MPA_MAX_PENDING)",
+			evict->who);
+		hs_drop(ls, evict);
+	}
+	wcm_no_delay(fd);
+	/* RFC 5044 7.1.2 rule 8: "Implementations SHOULD put a timeout on
+	 * waiting for the MPA Request Frame when started in Responder
+	 * mode". */
+	h->deadline = wisp_startup_deadline(timeout_ms);
+	glue_mpa_rd_init(&h->rd, MPA_REQUEST, h->frame, sizeof(h->frame));
+	*ls->tail = h;
+	ls->tail = &h->next;
+	ls->n++;
+}
+
+/* The new id for an acceptable Request (wcm.lock held). */
+static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
+			 const uint8_t *buf, int len, const struct mpa_rr *req)
+{
+	struct wcm_event *e;
+	socklen_t alen;
+
+	c->opts = l->opts;
+	memcpy(c->req_frame, buf, (size_t)len);
+	c->req = *req;
+	if (req->pdata)
+		c->req.pdata = c->req_frame + (req->pdata - buf);
+	c->fd = fd;
+	wcm_set_state(c, WCM_CONNECT_REQ);
+	wcm_id_set_device(c);
+	alen = sizeof(c->id.route.addr.src_storage);
+	getsockname(fd, &c->id.route.addr.src_addr, &alen);
+	alen = sizeof(c->id.route.addr.dst_storage);
+	getpeername(fd, &c->id.route.addr.dst_addr, &alen);
+
+	/* What the application should accept with, as the kernel's iWARP
+	 * CM proposes: our ORD up to the peer's IRD, our IRD up to its ORD
+	 * (RFC 6581 9.1), capped like siw. A rev 1 or non-enhanced Request
+	 * says nothing, and 0 is proposed (siw's measured behaviour: with
+	 * rdma_accept(id, NULL) such a connection runs with IRD = ORD = 0;
+	 * pass a conn_param to choose). */
+	if (req->enhanced) {
+		c->req_ird = (uint8_t)(req->ord > WCM_MAX_RD_ATOMIC ?
+				       WCM_MAX_RD_ATOMIC : req->ord);
+		c->req_ord = (uint8_t)(req->ird > WCM_MAX_RD_ATOMIC ?
+				       WCM_MAX_RD_ATOMIC : req->ird);
+	}
+	e = wcm_event_queue(l, c, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
+			    c->req.pdata, c->req.pdata_len);
+	if (!e)
+		return -ENOMEM;
+	e->ev.listen_id = &l->id;
+	e->ev.param.conn.responder_resources = c->req_ird;
+	e->ev.param.conn.initiator_depth = c->req_ord;
+	return 0;
+}
+
+/* Refuse the Request req on h because the listener's backlog is full:
+ * as the kernel's iWARP CM, a Reply with R set, then close. */
+static void refuse_backlog(struct wcm_hs *h, const struct mpa_rr *req,
+			   const struct mpa_prefs *prefs)
+{
+	struct wisp_startup_reply r;
+
+	wcm_log(WCM_LOG_INFO, "connection from %s refused: listen backlog "
+		"full", h->who);
+	if (!wisp_startup_build_reply(req, prefs, true, &r))
+		wisp_startup_send_reply(h->fd, &r, wisp_startup_deadline(0));
+}
+
+/*
+ * h's Request (len octets) is complete: refuse it, or raise
+ * CONNECT_REQUEST on a new id that takes the socket. h is closed or its
+ * socket taken; the caller frees it.
+ */
+static void hs_request(struct wcm_id *l, struct wcm_hs *h, int len)
+{
+	struct mpa_prefs prefs;
+	struct wcm_id *c;
+	enum mpa_error err;
+	struct mpa_rr req;
+	bool full;
+	int ret;
+
+	pthread_mutex_lock(&wcm.lock);
+	wcm_opts_prefs(&l->opts, &prefs);
+	pthread_mutex_unlock(&wcm.lock);
+	/* MPA's own refusal is written without waiting: a fresh socket's
+	 * send buffer holds it, and the listener serves others. */
+	ret = wisp_startup_take_request(h->fd, h->frame, (size_t)len, &prefs,
+					wisp_startup_deadline(0), &req, &err);
+	if (ret == -ECONNREFUSED) {
+		wcm_log(WCM_LOG_WARN, "connection from %s refused: %s",
+			h->who, mpa_error_str(err));
+		return;
+	}
+	if (ret < 0) {
+		/* RFC 5044 7.1.2 rule 2: "If the MPA Request Frame is
+		 * improperly formatted, the implementation MUST close the
+		 * TCP connection and exit MPA." */
+		wcm_log(WCM_LOG_WARN, "connection from %s: bad MPA Request: %s",
+			h->who, mpa_error_str(err));
+		return;
+	}
+
+	c = wcm_id_new(to_wch(l->id.channel), l->id.context, l->id.ps);
+	pthread_mutex_lock(&wcm.lock);
+	full = l->req_queued >= l->backlog;
+	if (!c || l->dying || full ||
+	    raise_request(l, c, h->fd, h->frame, len, &req)) {
+		pthread_mutex_unlock(&wcm.lock);
+		if (c) {
+			c->fd = -1;
+			c->id.channel = NULL;
+			free(c);
+		}
+		if (full)
+			refuse_backlog(h, &req, &prefs);
+		return;
+	}
+	l->req_queued++;
+	h->fd = -1;                /* the new id's now */
+	pthread_mutex_unlock(&wcm.lock);
+	wcm_log(WCM_LOG_INFO, "connection request from %s, MPA rev %u",
+		h->who, req.rev);
+}
+
+/* Read what h's peer sent; on a complete Request or a failure h leaves
+ * the list. */
+static void hs_serve(struct listener *ls, struct wcm_hs *h)
+{
+	enum mpa_error err;
+	int len = glue_mpa_rd_step(h->fd, &h->rd, &err);
+
+	if (len == -EAGAIN)
+		return;
+	hs_unlink(ls, h);
+	if (len < 0)
+		wcm_log(WCM_LOG_INFO, "connection from %s: no MPA Request: "
+			"%s%s%s", h->who, strerror(-len), err ? ", " : "",
+			err ? mpa_error_str(err) : "");
+	else
+		hs_request(ls->w, h, len);
+	hs_close(h);
+}
+
+/* Accept what the kernel has queued, a bounded number per round so that
+ * pending handshakes are served in between. */
+static void accept_some(struct listener *ls, int lfd, int timeout_ms)
+{
+	for (int i = 0; i < 64; i++) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd;
+
+		fd = accept4(lfd, (struct sockaddr *)&peer, &plen,
+			     SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM) {
+				wcm_log(WCM_LOG_WARN, "accept: %s",
+					strerror(errno));
+				poll(NULL, 0, 100);
+			}
+			return;
+		}
+		hs_admit(ls, fd, &peer, timeout_ms);
+	}
+}
+
+/* Fill ls->pfd; returns the poll timeout (the nearest deadline). */
+static int poll_setup(struct listener *ls, int lfd, int wake)
+{
+	int64_t now = glue_mpa_now_ms(), first = -1;
+	int i = 2;
+
+	ls->pfd[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+	ls->pfd[1] = (struct pollfd){ .fd = wake, .events = POLLIN };
+	for (struct wcm_hs *h = ls->head; h; h = h->next, i++) {
+		ls->pfd[i] = (struct pollfd){ .fd = h->fd, .events = POLLIN };
+		if (h->deadline >= 0 && (first < 0 || h->deadline < first))
+			first = h->deadline;
+	}
+	if (first < 0)
+		return -1;
+	return first <= now ? 0 : (int)(first - now > 60000 ? 60000 :
+					    first - now);
+}
+
+/* After poll: serve the ready handshakes, drop the expired ones. */
+static void serve_all(struct listener *ls, int polled)
+{
+	int64_t now = glue_mpa_now_ms();
+	struct wcm_hs *h = ls->head, *next;
+	int i = 2;
+
+	for (; h && i < polled; h = next, i++) {
+		next = h->next;
+		if (ls->pfd[i].revents) {
+			hs_serve(ls, h);
+		} else if (h->deadline >= 0 && h->deadline <= now) {
+			wcm_log(WCM_LOG_INFO, "connection from %s: no MPA "
+				"Request: %s", h->who, strerror(ETIMEDOUT));
+			hs_drop(ls, h);
+		}
+	}
+}
+
+/* The state of w's listener thread (wcm.lock held). NULL if out of
+ * memory. */
+static struct listener *listener_new(struct wcm_id *w)
+{
+	struct listener *ls = calloc(1, sizeof(*ls));
+
+	if (!ls)
+		return NULL;
+	ls->pfd = calloc((size_t)wcm.limits.max_pending + 2,
+			 sizeof(*ls->pfd));
+	if (!ls->pfd) {
+		free(ls);
+		return NULL;
+	}
+	ls->w = w;
+	ls->tail = &ls->head;
+	return ls;
+}
+
+static void *listen_thread(void *arg)
+{
+	struct listener *ls = arg;
+	struct wcm_id *w = ls->w;
+	int lfd, wake, timeout_ms;
+
+	pthread_mutex_lock(&wcm.lock);
+	lfd = w->fd;
+	wake = w->wake_fd;
+	timeout_ms = w->opts.timeout_ms;
+	pthread_mutex_unlock(&wcm.lock);
+
+	for (;;) {
+		int tmo = poll_setup(ls, lfd, wake), polled = ls->n + 2;
+		bool dying;
+
+		if (poll(ls->pfd, (nfds_t)polled, tmo) < 0 && errno != EINTR)
+			break;
+		pthread_mutex_lock(&wcm.lock);
+		dying = w->dying;
+		pthread_mutex_unlock(&wcm.lock);
+		if (dying)
+			break;
+		serve_all(ls, polled);
+		if (ls->pfd[0].revents & (POLLIN | POLLERR | POLLHUP))
+			accept_some(ls, lfd, timeout_ms);
+	}
+	while (ls->head)
+		hs_drop(ls, ls->head);
+	free(ls->pfd);
+	free(ls);
+	wcm_thread_done(w);
+	return NULL;
+}
+
+int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	struct listener *ls;
+	struct wcm_id *w;
+	int ret, flags;
+
+	if (!id)
+		return fail(-EINVAL);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	if (w->state == WCM_IDLE) {
+		/* The kernel binds an unbound listener to the IPv4
+		 * wildcard. */
+		struct sockaddr_in any = { .sin_family = AF_INET };
+
+		ret = wcm_bind_locked(w, (struct sockaddr *)&any);
+		if (ret)
+			goto out;
+	}
+	if (w->state != WCM_BOUND) {
+		ret = -EINVAL;
+		goto out;
+	}
+	/* As rdma-core over the kernel's ucma_listen: a backlog of 0 or
+	 * less, or above the maximum, is the maximum; it bounds the
+	 * CONNECT_REQUEST events not yet handed to the application. TCP's
+	 * own accept queue gets the same length. */
+	if (backlog <= 0 || backlog > wcm.limits.max_backlog)
+		backlog = wcm.limits.max_backlog;
+	if (listen(w->fd, backlog)) {
+		ret = -errno;
+		goto out;
+	}
+	w->backlog = backlog;
+	/* Non-blocking: a connection that vanishes between poll() and
+	 * accept() must not stall the listener. */
+	flags = fcntl(w->fd, F_GETFL);
+	fcntl(w->fd, F_SETFL, flags | O_NONBLOCK);
+	w->wake_fd = eventfd(0, EFD_CLOEXEC);
+	if (w->wake_fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ls = listener_new(w);
+	if (!ls) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	wcm_set_state(w, WCM_LISTEN);
+	ret = wcm_thread_start(w, listen_thread, ls);
+	if (ret) {
+		wcm_set_state(w, WCM_BOUND);
+		free(ls->pfd);
+		free(ls);
+	}
+out:
+	pthread_mutex_unlock(&wcm.lock);
+	return ret ? fail(ret) : 0;
+}
+
+int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
+{
+	struct wisp_startup_reply reply;
+	struct mpa_prefs prefs;
+	struct ibv_qp *qp;
+	struct wcm_id *w;
+	int fd, ret, tmo;
+
+	if (!id)
+		return fail(-EINVAL);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	if (w->state != WCM_CONNECT_REQ) {
+		ret = -EINVAL;
+		goto err_unlock;
+	}
+	/* The stream goes to the id's QP, or to the one the application
+	 * made itself and names by number (rdma_conn_param.qp_num). */
+	ret = wcm_resolve_qp(w, param, "rdma_accept");
+	if (ret)
+		goto err_unlock;
+	wcm_opts_prefs(&w->opts, &prefs);
+	ret = wcm_depth_of(param ? param->responder_resources : 0xff, w->req_ird,
+		       &prefs.ird);
+	if (!ret)
+		ret = wcm_depth_of(param ? param->initiator_depth : 0xff,
+			       w->req_ord, &prefs.ord);
+	if (ret)
+		goto err_unlock;
+	if (param && param->private_data_len) {
+		prefs.pdata = param->private_data;
+		prefs.pdata_len = param->private_data_len;
+	}
+	ret = wisp_startup_build_reply(&w->req, &prefs, false, &reply);
+	if (ret)
+		goto err_unlock;
+	fd = w->fd;
+	w->fd = -1;
+	wcm_set_state(w, WCM_ATTACHING);
+	qp = id->qp ? id->qp : w->ext_qp;
+	tmo = w->opts.timeout_ms;
+	pthread_mutex_unlock(&wcm.lock);
+
+	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
+	if (ret) {
+		close(fd);
+		pthread_mutex_lock(&wcm.lock);
+		wcm_set_state(w, WCM_FAILED);
+		pthread_mutex_unlock(&wcm.lock);
+		return fail(ret);
+	}
+	ret = wcm_establish(w, qp, fd, &reply.params, false);
+	if (ret)
+		return fail(ret);
+	return wcm_complete(w);
+
+err_unlock:
+	pthread_mutex_unlock(&wcm.lock);
+	return fail(ret);
+}
+
+int rdma_reject(struct rdma_cm_id *id, const void *private_data,
+		uint8_t private_data_len)
+{
+	struct wisp_startup_reply reply;
+	struct mpa_prefs prefs;
+	struct wcm_id *w;
+	int fd, ret, tmo;
+
+	if (!id || (private_data_len && !private_data))
+		return fail(-EINVAL);
+	w = to_wid(id);
+	pthread_mutex_lock(&wcm.lock);
+	if (w->state != WCM_CONNECT_REQ) {
+		pthread_mutex_unlock(&wcm.lock);
+		return fail(-EINVAL);
+	}
+	wcm_opts_prefs(&w->opts, &prefs);
+	prefs.ird = w->req_ird;
+	prefs.ord = w->req_ord;
+	prefs.pdata = private_data;
+	prefs.pdata_len = private_data_len;
+	/* RFC 5044 7.1.2: "return an MPA Reply Frame with the Rejected
+	 * Connection bit set to '1'; the MPA Reply Frame MAY include
+	 * ULP-supplied Private Data". */
+	ret = wisp_startup_build_reply(&w->req, &prefs, true, &reply);
+	if (ret) {
+		pthread_mutex_unlock(&wcm.lock);
+		return fail(ret);
+	}
+	fd = w->fd;
+	w->fd = -1;
+	wcm_set_state(w, WCM_FAILED);
+	tmo = w->opts.timeout_ms;
+	pthread_mutex_unlock(&wcm.lock);
+
+	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
+	if (ret)
+		wcm_log(WCM_LOG_INFO, "reject: %s", strerror(-ret));
+	/* MPA exits; the TCP connection is of no further use to rdma_cm. */
+	shutdown(fd, SHUT_WR);
+	close(fd);
+	return 0;
+}
+
+int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
+		    uint8_t private_data_len)
+{
+	return rdma_reject(id, private_data, private_data_len);
+}
