@@ -72,13 +72,17 @@ struct ord_entry {
 	uint64_t got;
 };
 
-enum rx_target {
-	RX_T_NONE,
-	RX_T_TAGGED,
-	RX_T_UNTAGGED,
-	RX_T_TERM,
-	RX_T_READ_REQ,            /* no payload */
-	RX_T_DISCARD,
+/*
+ * Where the receive side is within the current ULPDU. The MPA decoder
+ * below handles length, markers, pad and CRC; these states cover the
+ * ULPDU itself. HDR is 0, the state of a fresh QP.
+ */
+enum rx_state {
+	RX_HDR,                   /* collecting the DDP + RDMAP header */
+	RX_PAYLOAD,               /* header checked: payload goes where the
+				   * opcode's row (rdmap_qp_rx.c) says */
+	RX_DISCARD,               /* a fault was found: octets are dropped */
+	RX__COUNT
 };
 
 struct rdmap_qp {
@@ -129,11 +133,10 @@ struct rdmap_qp {
 
 	/* the current ULPDU */
 	uint8_t hdr[HDR_MAX];
+	enum rx_state rx_state;
 	uint32_t hdr_have;
-	bool hdr_ok;
 	struct rdmap_hdr h;
 	uint32_t ulpdu_len;
-	enum rx_target target;
 	uint8_t *tptr;            /* tagged: host address of payload octet 0 */
 	struct rdmap_mr *tmr;
 
@@ -178,5 +181,10 @@ void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
  * writes at most nsrc of them to out and returns their number. */
 int qp_slice(const struct iovec *src, int nsrc, uint64_t off,
 	     uint64_t len, struct iovec *out);
+
+/* ---- rdmap_qp_rx.c ---- */
+
+/* The name of receive state s for debug logs ("HDR", ...); never NULL. */
+const char *qp_rx_state_name(enum rx_state s);
 
 #endif /* WISP_RDMAP_QP_INTERNAL_H */

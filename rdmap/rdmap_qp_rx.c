@@ -13,26 +13,29 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
-/* Receive                                                            */
+/* Receive states                                                     */
 /* ------------------------------------------------------------------ */
 
-static uint32_t hdr_len_for(const uint8_t *hdr, uint32_t have)
-{
-	uint32_t len;
+static const char *const rx_state_names[RX__COUNT] = {
+	[RX_HDR] = "HDR",
+	[RX_PAYLOAD] = "PAYLOAD",
+	[RX_DISCARD] = "DISCARD",
+};
 
-	if (have < 2)
-		return 2;
-	len = (hdr[0] & DDP_CTRL_T) ? DDP_TAGGED_HDR_LEN : DDP_UNTAGGED_HDR_LEN;
-	if (!(hdr[0] & DDP_CTRL_T) &&
-	    (hdr[1] & RDMAP_CTRL_OP_MASK) == RDMAP_OP_READ_REQ)
-		len += RDMAP_READ_REQ_LEN;
-	return len;
+const char *qp_rx_state_name(enum rx_state s)
+{
+	if ((unsigned int)s >= RX__COUNT || !rx_state_names[s])
+		return "?";
+	return rx_state_names[s];
 }
 
-static void rx_fault(struct rdmap_qp *qp, struct rdmap_fault f)
+/* Queue a Terminate for fault f, quoting the current header; every later
+ * octet of the stream is dropped. Returns the next state, RX_DISCARD. */
+static enum rx_state rx_fault(struct rdmap_qp *qp, struct rdmap_fault f)
 {
 	qp_fault(qp, f, qp->hdr, qp->hdr_have, (uint16_t)qp->ulpdu_len);
-	qp->target = RX_T_DISCARD;
+	qp->rx_state = RX_DISCARD;
+	return RX_DISCARD;
 }
 
 static enum rdmap_error prot_error(enum rdmap_mr_check c)
@@ -51,31 +54,22 @@ static enum rdmap_error prot_error(enum rdmap_mr_check c)
 	}
 }
 
-/* Tagged placement: a WRITE, or a Read Response into our sink. */
-static void rx_tagged(struct rdmap_qp *qp, uint32_t plen)
+/* ------------------------------------------------------------------ */
+/* Per opcode: start (header checked), destination, end of the FPDU   */
+/* ------------------------------------------------------------------ */
+
+/* Tagged placement (RFC 5041 5.2) into an MR that grants acc. */
+static enum rx_state rx_tagged(struct rdmap_qp *qp, uint32_t plen,
+			       uint32_t acc)
 {
 	const struct ddp_hdr *d = &qp->h.ddp;
-	uint32_t acc = qp->h.opcode == RDMAP_OP_WRITE ? RDMAP_ACC_REMOTE_WRITE
-						       : RDMAP_ACC_LOCAL_WRITE;
 	struct ddp_tagged_buf b = { 0 };
 	struct rdmap_mr *mr = NULL;
 	enum ddp_error de;
 
-	if (qp->h.opcode == RDMAP_OP_READ_RESP) {
-		struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
-
-		/* A Read Response must answer our oldest Read (RFC 5040
-		 * 5.3: responses come back in request order). */
-		if (qp->ord_head == qp->ord_tail ||
-		    (plen && d->t.stag != o->sink_stag)) {
-			rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
-			return;
-		}
-	}
-	qp->target = RX_T_TAGGED;
 	qp->tptr = NULL;
 	if (plen == 0)
-		return;         /* RFC 5041 5.2: not checked at all */
+		return RX_PAYLOAD;     /* RFC 5041 5.2: not checked at all */
 	mr = rdmap_stag_get(qp->cfg.stags, d->t.stag);
 	if (mr) {
 		b.valid = atomic_load(&mr->valid);
@@ -85,16 +79,70 @@ static void rx_tagged(struct rdmap_qp *qp, uint32_t plen)
 	}
 	if (ddp_check_tagged(d, plen, &b, &de)) {
 		rdmap_mr_put(mr);
-		rx_fault(qp, rdmap_fault_ddp(de));
-		return;
+		return rx_fault(qp, rdmap_fault_ddp(de));
 	}
 	if ((mr->access & acc) != acc) {
 		rdmap_mr_put(mr);
-		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS));
-		return;
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS));
 	}
 	qp->tmr = mr;
 	qp->tptr = rdmap_mr_ptr(mr, d->t.to);
+	return RX_PAYLOAD;
+}
+
+/* RDMA Write: into any MR of ours with remote write access. */
+static enum rx_state rx_write(struct rdmap_qp *qp, uint32_t plen)
+{
+	return rx_tagged(qp, plen, RDMAP_ACC_REMOTE_WRITE);
+}
+
+/* RDMA Read Response: into the sink of our oldest outstanding Read. */
+static enum rx_state rx_read_resp(struct rdmap_qp *qp, uint32_t plen)
+{
+	const struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+
+	/* A Read Response must answer our oldest Read (RFC 5040 5.3:
+	 * responses come back in request order). */
+	if (qp->ord_head == qp->ord_tail ||
+	    (plen && qp->h.ddp.t.stag != o->sink_stag))
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
+	return rx_tagged(qp, plen, RDMAP_ACC_LOCAL_WRITE);
+}
+
+/* The iovecs of tagged payload [poff, poff + len): one, in the MR. */
+static int dest_tagged(struct rdmap_qp *qp, uint32_t poff, size_t len,
+		       struct iovec *out)
+{
+	out[0].iov_base = qp->tptr + poff;
+	out[0].iov_len = len;
+	return 1;
+}
+
+static void end_write(struct rdmap_qp *qp, uint32_t plen)
+{
+	(void)plen;
+	rdmap_mr_put(qp->tmr);
+	qp->tmr = NULL;
+}
+
+static void end_read_resp(struct rdmap_qp *qp, uint32_t plen)
+{
+	struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+
+	rdmap_mr_put(qp->tmr);
+	qp->tmr = NULL;
+	o->got += plen;
+	if (!qp->h.ddp.last)
+		return;
+	if (o->wr_idx >= 0) {
+		struct sq_meta *m = &qp->meta[(uint32_t)o->wr_idx &
+					      (qp->sq.size - 1)];
+		if (--m->reads_out == 0 &&
+		    !(qp->cur.active && qp->cur.idx == (uint32_t)o->wr_idx))
+			m->done = true;
+	}
+	qp->ord_head++;
+	qp_sq_advance(qp);
 }
 
 /* Take the receive buffer for a new Send message and translate it. */
@@ -142,7 +190,7 @@ static bool rx_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st)
 }
 
 /* Untagged Send into the posted receive buffer (RFC 5041 5.3). */
-static void rx_send(struct rdmap_qp *qp, uint32_t plen)
+static enum rx_state rx_send(struct rdmap_qp *qp, uint32_t plen)
 {
 	struct ddp_untagged_ctx ctx = {
 		.nqueues = RDMAP_QN__COUNT,
@@ -156,20 +204,64 @@ static void rx_send(struct rdmap_qp *qp, uint32_t plen)
 		rx_take_recv(qp, &st);
 	if (st != RDMAP_WC_SUCCESS) {
 		qp_complete_recv(qp, st, 0, false, false, 0);
-		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC));
-		return;
+		return rx_fault(qp,
+			rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC));
 	}
 	ctx.buffer_posted = qp->have_recv;
 	ctx.buffer_len = qp->have_recv ? qp->recv.length : 0;
-	if (ddp_check_untagged(&qp->h.ddp, plen, &ctx, &de)) {
-		rx_fault(qp, rdmap_fault_ddp(de));
+	if (ddp_check_untagged(&qp->h.ddp, plen, &ctx, &de))
+		return rx_fault(qp, rdmap_fault_ddp(de));
+	return RX_PAYLOAD;
+}
+
+/* The iovecs of untagged payload [poff, poff + len): the posted receive
+ * buffer at message offset MO + poff. */
+static int dest_untagged(struct rdmap_qp *qp, uint32_t poff, size_t len,
+			 struct iovec *out)
+{
+	return qp_slice(qp->rsge, qp->nrsge, qp->h.ddp.u.mo + (uint64_t)poff,
+			len, out);
+}
+
+static void invalidate(struct rdmap_qp *qp, uint32_t stag, bool *ok)
+{
+	struct rdmap_mr *mr = rdmap_stag_get(qp->cfg.stags, stag);
+
+	*ok = mr && mr->pd == qp->cfg.pd;
+	if (*ok)
+		atomic_store(&mr->valid, false);
+	rdmap_mr_put(mr);
+}
+
+static void end_send(struct rdmap_qp *qp, uint32_t plen)
+{
+	const struct rdmap_op_info *info = rdmap_op(qp->h.opcode);
+	const struct ddp_hdr *d = &qp->h.ddp;
+	bool inv_ok = true;
+
+	qp->recv_bytes += plen;
+	if (!d->last)
 		return;
+	qp->rx_msn[RDMAP_QN_SEND]++;
+	if (info->inval_stag) {
+		/* RFC 5040 5.4: invalidate once the message is placed; an
+		 * STag that cannot be invalidated is a remote protection
+		 * error. */
+		invalidate(qp, qp->h.inval_stag, &inv_ok);
+		if (!inv_ok) {
+			qp_complete_recv(qp, RDMAP_WC_REM_INV_REQ_ERR, 0,
+					 false, false, 0);
+			rx_fault(qp, rdmap_fault_rdmap(
+				RDMAP_ERR_PROT_CANT_INVALIDATE));
+			return;
+		}
 	}
-	qp->target = RX_T_UNTAGGED;
+	qp_complete_recv(qp, RDMAP_WC_SUCCESS, (uint32_t)(d->u.mo + plen),
+			 info->solicited, info->inval_stag, qp->h.inval_stag);
 }
 
 /* RFC 5040 4.4 / 5.3: a Read Request, answered by the engine alone. */
-static void rx_read_req(struct rdmap_qp *qp, uint32_t plen)
+static enum rx_state rx_read_req(struct rdmap_qp *qp, uint32_t plen)
 {
 	const struct rdmap_read_req *rr = &qp->h.rreq;
 	struct ddp_untagged_ctx ctx = {
@@ -185,14 +277,11 @@ static void rx_read_req(struct rdmap_qp *qp, uint32_t plen)
 
 	/* The IRD queue is the Read Request queue's buffer pool: a request
 	 * beyond IRD finds no buffer (RFC 5041 7.2 code 2). */
-	if (ddp_check_untagged(&qp->h.ddp, plen, &ctx, &de)) {
-		rx_fault(qp, rdmap_fault_ddp(de));
-		return;
-	}
-	if (plen) {
-		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_UNSPECIFIED));
-		return;
-	}
+	if (ddp_check_untagged(&qp->h.ddp, plen, &ctx, &de))
+		return rx_fault(qp, rdmap_fault_ddp(de));
+	if (plen)
+		return rx_fault(qp,
+				rdmap_fault_rdmap(RDMAP_ERR_OP_UNSPECIFIED));
 	if (rr->size) {
 		enum rdmap_mr_check c;
 
@@ -202,130 +291,48 @@ static void rx_read_req(struct rdmap_qp *qp, uint32_t plen)
 		       : RDMAP_MR_INVALID;
 		if (c != RDMAP_MR_OK) {
 			rdmap_mr_put(mr);
-			rx_fault(qp, rdmap_fault_rdmap(prot_error(c)));
-			return;
+			return rx_fault(qp, rdmap_fault_rdmap(prot_error(c)));
 		}
 	}
 	e = &qp->ird[qp->ird_tail % qp->ird_size];
 	*e = (struct ird_entry){ .rr = *rr, .src = mr };
 	qp->ird_tail++;
-	qp->target = RX_T_READ_REQ;
+	return RX_PAYLOAD;
 }
 
-/* The DDP + RDMAP header of the current ULPDU is complete: check it and
- * find where its payload goes. */
-static void rx_header(struct rdmap_qp *qp)
+static void end_read_req(struct rdmap_qp *qp, uint32_t plen)
 {
-	struct rdmap_fault f;
-	int hl = rdmap_hdr_parse(qp->hdr, qp->hdr_have, &qp->h, &f);
-	uint32_t plen;
+	(void)plen;
+	qp->rx_msn[RDMAP_QN_READ_REQ]++;
+}
 
-	if (hl < 0) {
-		rx_fault(qp, f);
+/* A Terminate: its message body is collected in term_buf. */
+static enum rx_state rx_term(struct rdmap_qp *qp, uint32_t plen)
+{
+	(void)plen;
+	qp->term_have = 0;
+	return RX_PAYLOAD;
+}
+
+/* Keep what fits of the Terminate body; the rest is not needed. */
+static void place_term(struct rdmap_qp *qp, uint32_t poff,
+		       const uint8_t *data, size_t len)
+{
+	if (qp->term_have + poff >= sizeof(qp->term_buf))
 		return;
-	}
-	qp->hdr_ok = true;
-	plen = qp->ulpdu_len - (uint32_t)hl;
-	switch (qp->h.opcode) {
-	case RDMAP_OP_WRITE:
-	case RDMAP_OP_READ_RESP:
-		rx_tagged(qp, plen);
-		break;
-	case RDMAP_OP_SEND:
-	case RDMAP_OP_SEND_SE:
-	case RDMAP_OP_SEND_INV:
-	case RDMAP_OP_SEND_SE_INV:
-		rx_send(qp, plen);
-		break;
-	case RDMAP_OP_READ_REQ:
-		rx_read_req(qp, plen);
-		break;
-	case RDMAP_OP_TERMINATE:
-		qp->target = RX_T_TERM;
-		qp->term_have = 0;
-		break;
-	default:
-		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
-		break;
-	}
+	if (len > sizeof(qp->term_buf) - poff)
+		len = sizeof(qp->term_buf) - poff;
+	memcpy(qp->term_buf + poff, data, len);
+	qp->term_have = poff + (uint32_t)len;
 }
 
-/* Copy (or, when it is already there, just account) payload octets at
- * payload offset poff. */
-static void rx_place(struct rdmap_qp *qp, uint32_t poff, const uint8_t *data,
-		     size_t len)
-{
-	struct iovec dst[RDMAP_MAX_SGE];
-	int n;
-
-	switch (qp->target) {
-	case RX_T_TAGGED:
-		if (qp->tptr + poff != data)
-			memcpy(qp->tptr + poff, data, len);
-		break;
-	case RX_T_UNTAGGED:
-		n = qp_slice(qp->rsge, qp->nrsge, qp->h.ddp.u.mo + (uint64_t)poff,
-			  len, dst);
-		for (int i = 0; i < n; i++) {
-			if (dst[i].iov_base != data)
-				memcpy(dst[i].iov_base, data, dst[i].iov_len);
-			data += dst[i].iov_len;
-		}
-		break;
-	case RX_T_TERM:
-		if (qp->term_have + poff >= sizeof(qp->term_buf))
-			break;
-		if (len > sizeof(qp->term_buf) - poff)
-			len = sizeof(qp->term_buf) - poff;
-		memcpy(qp->term_buf + poff, data, len);
-		qp->term_have = poff + (uint32_t)len;
-		break;
-	default:
-		break;
-	}
-}
-
-/* ULPDU octets at ulpdu offset off: header first, then payload. */
-static void rx_data(struct rdmap_qp *qp, uint32_t off, const uint8_t *data,
-		    size_t len)
-{
-	while (len && !qp->hdr_ok) {
-		uint32_t need = hdr_len_for(qp->hdr, qp->hdr_have);
-		uint32_t take;
-
-		if (qp->target == RX_T_DISCARD)
-			return;
-		if (need > qp->ulpdu_len) {
-			/* The ULPDU ends before its own header does: name
-			 * what the partial header says, else too short. */
-			struct rdmap_fault f =
-				rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT);
-
-			rdmap_hdr_parse(qp->hdr, qp->hdr_have, &qp->h, &f);
-			rx_fault(qp, f);
-			return;
-		}
-		take = need - qp->hdr_have;
-		if (take > len)
-			take = (uint32_t)len;
-		memcpy(qp->hdr + qp->hdr_have, data, take);
-		qp->hdr_have += take;
-		data += take;
-		len -= take;
-		off += take;
-		if (qp->hdr_have >= 2 &&
-		    qp->hdr_have == hdr_len_for(qp->hdr, qp->hdr_have))
-			rx_header(qp);
-	}
-	if (len && qp->hdr_ok)
-		rx_place(qp, off - qp->hdr_have, data, len);
-}
-
-static void rx_terminate(struct rdmap_qp *qp)
+static void end_term(struct rdmap_qp *qp, uint32_t plen)
 {
 	struct rdmap_terminate t;
 	uint16_t term = 0;
 
+	(void)plen;
+	qp->rx_msn[RDMAP_QN_TERMINATE]++;
 	if (rdmap_term_parse(qp->term_buf, qp->term_have, &t) >= 0)
 		term = t.term;
 	/* The peer's Terminate explains the oldest unfinished WR: a remote
@@ -340,94 +347,215 @@ static void rx_terminate(struct rdmap_qp *qp)
 		qp_enter_error(qp, term, RDMAP_WC_REM_OP_ERR);
 }
 
-static void invalidate(struct rdmap_qp *qp, uint32_t stag, bool *ok)
-{
-	struct rdmap_mr *mr = rdmap_stag_get(qp->cfg.stags, stag);
+/*
+ * What each opcode does on receive (RFC 5040 section 4), one row per
+ * value of the 4-bit opcode field; the header lengths come from the wire
+ * table, rdmap_op(). An empty row (reserved opcodes, RFC 7306's until
+ * they are implemented) is an unexpected opcode.
+ *   start  the header passed rdmap_hdr_parse(): check it against the
+ *          QP's state, find the payload's destination. Returns
+ *          RX_PAYLOAD, or RX_DISCARD after a fault.
+ *   dest   the payload goes to application memory: the iovecs for
+ *          payload [poff, poff + len), at most RDMAP_MAX_SGE. Such
+ *          payload may be received straight into place.
+ *   place  the payload is kept by the QP itself (Terminate body).
+ *   end    the FPDU ended with good framing and CRC; plen payload
+ *          octets. May fault.
+ * Neither dest nor place: the opcode carries no payload (start checked).
+ */
+struct rx_op {
+	enum rx_state (*start)(struct rdmap_qp *qp, uint32_t plen);
+	int (*dest)(struct rdmap_qp *qp, uint32_t poff, size_t len,
+		    struct iovec *out);
+	void (*place)(struct rdmap_qp *qp, uint32_t poff, const uint8_t *data,
+		      size_t len);
+	void (*end)(struct rdmap_qp *qp, uint32_t plen);
+};
 
-	*ok = mr && mr->pd == qp->cfg.pd;
-	if (*ok)
-		atomic_store(&mr->valid, false);
-	rdmap_mr_put(mr);
+#define RX_SEND_ROW { .start = rx_send, .dest = dest_untagged, .end = end_send }
+
+static const struct rx_op rx_ops[RDMAP_OP__COUNT] = {
+	[RDMAP_OP_WRITE] = {
+		.start = rx_write, .dest = dest_tagged, .end = end_write,
+	},
+	[RDMAP_OP_READ_REQ] = { .start = rx_read_req, .end = end_read_req },
+	[RDMAP_OP_READ_RESP] = {
+		.start = rx_read_resp, .dest = dest_tagged,
+		.end = end_read_resp,
+	},
+	[RDMAP_OP_SEND] = RX_SEND_ROW,
+	[RDMAP_OP_SEND_INV] = RX_SEND_ROW,
+	[RDMAP_OP_SEND_SE] = RX_SEND_ROW,
+	[RDMAP_OP_SEND_SE_INV] = RX_SEND_ROW,
+	[RDMAP_OP_TERMINATE] = {
+		.start = rx_term, .place = place_term, .end = end_term,
+	},
+};
+
+_Static_assert(sizeof(rx_ops) / sizeof(rx_ops[0]) == RDMAP_CTRL_OP_MASK + 1,
+	       "RFC 5040 4.1: one row per value of the 4-bit opcode field");
+
+/* ------------------------------------------------------------------ */
+/* The receive machine                                                */
+/* ------------------------------------------------------------------ */
+
+/* ULPDU octets handed up by the MPA decoder: off is their offset in the
+ * ULPDU. */
+struct rx_in {
+	uint32_t off;
+	const uint8_t *data;
+	size_t len;
+};
+
+static void rx_consume(struct rx_in *in, size_t n)
+{
+	in->off += (uint32_t)n;
+	in->data += n;
+	in->len -= n;
 }
 
-/* The current FPDU ended with good framing and CRC. */
+/*
+ * Octets of DDP + RDMAP header the ULPDU whose first have octets are in
+ * hdr needs: the DDP header by its T bit, plus the opcode's own header
+ * (rdmap_op()->hdr_len, the Read Request's 28 octets) when the opcode
+ * belongs to that buffer model. Anything else (reserved opcode, T bit
+ * not the opcode's) needs only the DDP header, which is enough for
+ * rdmap_hdr_parse() to name the fault.
+ */
+static uint32_t rx_hdr_need(const uint8_t *hdr, uint32_t have)
+{
+	const struct rdmap_op_info *info;
+	bool tagged;
+
+	if (have < 2)
+		return 2;
+	tagged = hdr[0] & DDP_CTRL_T;
+	info = rdmap_op(hdr[1] & RDMAP_CTRL_OP_MASK);
+	return (uint32_t)ddp_hdr_len(tagged) +
+	       (info->name && info->tagged == tagged ? info->hdr_len : 0);
+}
+
+/* The header is complete: check it and hand it to its opcode's row. */
+static enum rx_state rx_header(struct rdmap_qp *qp)
+{
+	struct rdmap_fault f;
+	int hl = rdmap_hdr_parse(qp->hdr, qp->hdr_have, &qp->h, &f);
+	const struct rx_op *op;
+
+	if (hl < 0)
+		return rx_fault(qp, f);
+	op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+	if (!op->start)
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
+	return op->start(qp, qp->ulpdu_len - (uint32_t)hl);
+}
+
+/* RX_HDR: collect header octets; check the header as soon as it is
+ * complete. Returns RX_HDR when the input runs out first: needing more
+ * octets is the normal case for a header cut by recv(). */
+static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
+{
+	for (;;) {
+		uint32_t need = rx_hdr_need(qp->hdr, qp->hdr_have);
+		size_t take;
+
+		if (qp->hdr_have >= 2 && qp->hdr_have == need)
+			return rx_header(qp);
+		if (!in->len)
+			return RX_HDR;
+		if (need > qp->ulpdu_len) {
+			/* The ULPDU ends before its own header does: name
+			 * what the partial header says, else too short.
+			 * (Had the ULPDU ended with the octets already
+			 * taken, the FPDU's end says too short, once MPA
+			 * has checked its CRC.) */
+			struct rdmap_fault f =
+				rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT);
+
+			rdmap_hdr_parse(qp->hdr, qp->hdr_have, &qp->h, &f);
+			return rx_fault(qp, f);
+		}
+		take = need - qp->hdr_have;
+		if (take > in->len)
+			take = in->len;
+		memcpy(qp->hdr + qp->hdr_have, in->data, take);
+		qp->hdr_have += (uint32_t)take;
+		rx_consume(in, take);
+	}
+}
+
+/* RX_PAYLOAD: payload octets to the opcode's destination. */
+static enum rx_state rx_st_payload(struct rdmap_qp *qp, struct rx_in *in)
+{
+	const struct rx_op *op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+	uint32_t poff = in->off - qp->hdr_have;
+	const uint8_t *data = in->data;
+	struct iovec dst[RDMAP_MAX_SGE];
+
+	if (op->dest) {
+		int n = op->dest(qp, poff, in->len, dst);
+
+		/* Octets received straight into place need no copy. */
+		for (int i = 0; i < n; i++) {
+			if (dst[i].iov_base != data)
+				memcpy(dst[i].iov_base, data, dst[i].iov_len);
+			data += dst[i].iov_len;
+		}
+	} else if (op->place) {
+		op->place(qp, poff, in->data, in->len);
+	}
+	rx_consume(in, in->len);
+	return RX_PAYLOAD;
+}
+
+/* ULPDU octets from the MPA decoder: run the state machine over them.
+ * Each state's handler consumes what it can and returns the next state;
+ * running out of input in any state just waits for more. */
+static void rx_data(struct rdmap_qp *qp, struct rx_in *in)
+{
+	while (in->len) {
+		switch (qp->rx_state) {
+		case RX_HDR:
+			qp->rx_state = rx_st_hdr(qp, in);
+			break;
+		case RX_PAYLOAD:
+			qp->rx_state = rx_st_payload(qp, in);
+			break;
+		case RX_DISCARD:
+			return;
+		default:
+			rx_fault(qp, rdmap_fault_rdmap(
+				RDMAP_ERR_LOCAL_CATASTROPHIC));
+			return;
+		}
+	}
+}
+
+/* The current FPDU ended: MPA checked its length, pad and CRC. */
 static void rx_fpdu_end(struct rdmap_qp *qp)
 {
-	const struct ddp_hdr *d = &qp->h.ddp;
-	bool inv_ok = true;
-
 	qp->last_big = qp->ulpdu_len >= 2048;
 	if (!qp->rx_any) {
 		qp->rx_any = true;
 		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
 	}
-	if (!qp->hdr_ok) {
-		if (qp->target != RX_T_DISCARD)
-			rx_fault(qp, rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT));
-		goto next;
-	}
-	switch (qp->target) {
-	case RX_T_TAGGED:
-		rdmap_mr_put(qp->tmr);
-		qp->tmr = NULL;
-		if (qp->h.opcode == RDMAP_OP_READ_RESP) {
-			struct ord_entry *o =
-				&qp->ord[qp->ord_head % qp->ord_size];
-
-			o->got += qp->ulpdu_len - qp->hdr_have;
-			if (!d->last)
-				break;
-			if (o->wr_idx >= 0) {
-				struct sq_meta *m = &qp->meta[(uint32_t)o->wr_idx &
-							      (qp->sq.size - 1)];
-				if (--m->reads_out == 0 &&
-				    !(qp->cur.active &&
-				      qp->cur.idx == (uint32_t)o->wr_idx))
-					m->done = true;
-			}
-			qp->ord_head++;
-			qp_sq_advance(qp);
-		}
+	switch (qp->rx_state) {
+	case RX_HDR:
+		rx_fault(qp, rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT));
 		break;
-	case RX_T_UNTAGGED:
-		qp->recv_bytes += qp->ulpdu_len - qp->hdr_have;
-		if (!d->last)
-			break;
-		qp->rx_msn[RDMAP_QN_SEND]++;
-		if (rdmap_op(qp->h.opcode)->inval_stag) {
-			/* RFC 5040 5.4: invalidate once the message is
-			 * placed; an STag that cannot be invalidated is a
-			 * remote protection error. */
-			invalidate(qp, qp->h.inval_stag, &inv_ok);
-			if (!inv_ok) {
-				qp_complete_recv(qp, RDMAP_WC_REM_INV_REQ_ERR, 0,
-					      false, false, 0);
-				rx_fault(qp, rdmap_fault_rdmap(
-					RDMAP_ERR_PROT_CANT_INVALIDATE));
-				break;
-			}
-		}
-		qp_complete_recv(qp, RDMAP_WC_SUCCESS,
-			      (uint32_t)(d->u.mo + qp->ulpdu_len - qp->hdr_have),
-			      rdmap_op(qp->h.opcode)->solicited,
-			      rdmap_op(qp->h.opcode)->inval_stag,
-			      qp->h.inval_stag);
+	case RX_PAYLOAD:
+		rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK].end(
+			qp, qp->ulpdu_len - qp->hdr_have);
 		break;
-	case RX_T_READ_REQ:
-		qp->rx_msn[RDMAP_QN_READ_REQ]++;
-		break;
-	case RX_T_TERM:
-		qp->rx_msn[RDMAP_QN_TERMINATE]++;
-		rx_terminate(qp);
+	case RX_DISCARD:
 		break;
 	default:
+		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC));
 		break;
 	}
-next:
 	qp->hdr_have = 0;
-	qp->hdr_ok = false;
-	qp->target = rdmap_qp_state(qp) == RDMAP_QP_RTS ? RX_T_NONE
-							 : RX_T_DISCARD;
+	qp->rx_state = rdmap_qp_state(qp) == RDMAP_QP_RTS ? RX_HDR
+							   : RX_DISCARD;
 }
 
 /* Run the MPA decoder over in[0..len) (staging or placed octets). */
@@ -437,7 +565,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len)
 		struct mpa_rx_event ev;
 		long used;
 
-		if (qp->target == RX_T_DISCARD &&
+		if (qp->rx_state == RX_DISCARD &&
 		    rdmap_qp_state(qp) != RDMAP_QP_RTS)
 			return;
 		used = mpa_rx_feed(&qp->mrx, in, len, &ev);
@@ -445,15 +573,20 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len)
 			enum mpa_error e = qp->mrx.error;
 
 			qp_fault(qp, rdmap_fault_llp(e, mpa_error_term(e)),
-			      NULL, 0, 0);
-			qp->target = RX_T_DISCARD;
+				 NULL, 0, 0);
+			qp->rx_state = RX_DISCARD;
 			return;
 		}
 		in += used;
 		len -= (size_t)used;
 		if (ev.type == MPA_RX_EV_DATA) {
+			struct rx_in d = {
+				.off = ev.ulpdu_off, .data = ev.data,
+				.len = ev.len,
+			};
+
 			qp->ulpdu_len = ev.ulpdu_len;
-			rx_data(qp, ev.ulpdu_off, ev.data, ev.len);
+			rx_data(qp, &d);
 		} else if (ev.type == MPA_RX_EV_FPDU) {
 			qp->ulpdu_len = ev.ulpdu_len;
 			rx_fpdu_end(qp);
@@ -463,32 +596,24 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len)
 
 int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 {
+	const struct rx_op *op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
 	size_t contig;
 
 	qp->rx_direct = false;
-	if (rdmap_qp_state(qp) != RDMAP_QP_RTS || qp->target == RX_T_DISCARD) {
+	if (rdmap_qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
 		iov[0].iov_base = qp->discard;
 		iov[0].iov_len = sizeof(qp->discard);
 		return 1;
 	}
 	contig = mpa_rx_contig(&qp->mrx);
-	if (qp->st_head == qp->st_tail && qp->hdr_ok && contig >= DIRECT_MIN &&
-	    (qp->target == RX_T_TAGGED || qp->target == RX_T_UNTAGGED)) {
+	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD &&
+	    op->dest && contig >= DIRECT_MIN) {
 		uint32_t poff = qp->mrx.ulpdu_done - qp->hdr_have;
 
-		if (qp->target == RX_T_TAGGED) {
-			iov[0].iov_base = qp->tptr + poff;
-			iov[0].iov_len = contig;
-			qp->ndir = 1;
-		} else {
-			qp->ndir = qp_slice(qp->rsge, qp->nrsge,
-					 qp->h.ddp.u.mo + (uint64_t)poff,
-					 contig, qp->dir);
-			if (qp->ndir > cap)
-				qp->ndir = cap;
-			memcpy(iov, qp->dir, (size_t)qp->ndir * sizeof(*iov));
-		}
-		memcpy(qp->dir, iov, (size_t)qp->ndir * sizeof(*iov));
+		qp->ndir = op->dest(qp, poff, contig, qp->dir);
+		if (qp->ndir > cap)
+			qp->ndir = cap;
+		memcpy(iov, qp->dir, (size_t)qp->ndir * sizeof(*iov));
 		qp->rx_direct = true;
 		return qp->ndir;
 	}
