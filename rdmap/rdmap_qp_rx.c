@@ -400,11 +400,13 @@ _Static_assert(sizeof(rx_ops) / sizeof(rx_ops[0]) == RDMAP_CTRL_OP_MASK + 1,
 /* ------------------------------------------------------------------ */
 
 /* ULPDU octets handed up by the MPA decoder: off is their offset in the
- * ULPDU. */
+ * ULPDU. placed: they were received straight into their destination
+ * (rdmap_qp_rx_want() chose it), so they need no copy. */
 struct rx_in {
 	uint32_t off;
 	const uint8_t *data;
 	size_t len;
+	bool placed;
 };
 
 static void rx_consume(struct rx_in *in, size_t n)
@@ -492,13 +494,11 @@ static enum rx_state rx_st_payload(struct rdmap_qp *qp, struct rx_in *in)
 	const uint8_t *data = in->data;
 	struct iovec dst[RDMAP_MAX_SGE];
 
-	if (op->dest) {
+	if (op->dest && !in->placed) {
 		int n = op->dest(qp, poff, in->len, dst);
 
-		/* Octets received straight into place need no copy. */
 		for (int i = 0; i < n; i++) {
-			if (dst[i].iov_base != data)
-				memcpy(dst[i].iov_base, data, dst[i].iov_len);
+			memcpy(dst[i].iov_base, data, dst[i].iov_len);
 			data += dst[i].iov_len;
 		}
 	} else if (op->place) {
@@ -558,8 +558,10 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 							   : RX_DISCARD;
 }
 
-/* Run the MPA decoder over in[0..len) (staging or placed octets). */
-static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len)
+/* Run the MPA decoder over in[0..len): octets in the staging buffer, or
+ * (placed) payload octets received at their destination. */
+static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
+		    bool placed)
 {
 	while (len) {
 		struct mpa_rx_event ev;
@@ -570,7 +572,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len)
 			return;
 		used = mpa_rx_feed(&qp->mrx, in, len, &ev);
 		if (used < 0) {
-			enum mpa_error e = qp->mrx.error;
+			enum mpa_error e = mpa_rx_error(&qp->mrx);
 
 			qp_fault(qp, rdmap_fault_llp(e, mpa_error_term(e)),
 				 NULL, 0, 0);
@@ -582,7 +584,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len)
 		if (ev.type == MPA_RX_EV_DATA) {
 			struct rx_in d = {
 				.off = ev.ulpdu_off, .data = ev.data,
-				.len = ev.len,
+				.len = ev.len, .placed = placed,
 			};
 
 			qp->ulpdu_len = ev.ulpdu_len;
@@ -608,7 +610,8 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	contig = mpa_rx_contig(&qp->mrx);
 	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD &&
 	    op->dest && contig >= DIRECT_MIN) {
-		uint32_t poff = qp->mrx.ulpdu_done - qp->hdr_have;
+		uint32_t poff = (uint32_t)mpa_rx_ulpdu_done(&qp->mrx) -
+				qp->hdr_have;
 
 		qp->ndir = op->dest(qp, poff, contig, qp->dir);
 		if (qp->ndir > cap)
@@ -648,13 +651,14 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 			size_t len = qp->dir[i].iov_len < n ? qp->dir[i].iov_len
 							    : n;
 
-			rx_feed(qp, qp->dir[i].iov_base, len);
+			rx_feed(qp, qp->dir[i].iov_base, len, true);
 			n -= len;
 		}
 		qp->rx_direct = false;
 	} else {
 		qp->st_tail += n;
-		rx_feed(qp, qp->stage + qp->st_head, qp->st_tail - qp->st_head);
+		rx_feed(qp, qp->stage + qp->st_head, qp->st_tail - qp->st_head,
+			false);
 		qp->st_head = qp->st_tail;
 	}
 	return rx_close(qp);
