@@ -96,16 +96,48 @@ static enum rx_state rx_write(struct rdmap_qp *qp, uint32_t plen)
 	return rx_tagged(qp, plen, RDMAP_ACC_REMOTE_WRITE);
 }
 
-/* RDMA Read Response: into the sink of our oldest outstanding Read. */
+/*
+ * RDMA Read Response: into the sink of our oldest outstanding Read, and
+ * only there. RFC 5040 sections 4.5 and 5.2 (paraphrased): the Data
+ * Source answers a Read Request with one RDMA Read Response message,
+ * placed with the Request's Data Sink STag at its Data Sink Tagged
+ * Offset, of the RDMA Read Message Size octets asked for. So each
+ * segment names that STag at sink TO + the octets already arrived, no
+ * segment goes past the size, and the segment with L set ends exactly
+ * at it. Checked before anything is placed: a segment that breaks a rule
+ * places nothing.
+ *
+ * RFC 5041 section 5.2: "Only the DDP Control and RsvdULP Fields MUST be
+ * valid for a zero-length Tagged DDP Segment. The STag and TO fields
+ * MUST NOT be checked for a zero-length Tagged DDP Message." Empty
+ * segments (the answer to a zero-length Read, e.g. the RFC 6581 RTR)
+ * therefore have only their length checked.
+ *
+ * The codes: no RFC 5040 section 7 code names "not the Read asked
+ * for", but the Read Request advertised exactly one tagged buffer,
+ * [sink TO, sink TO + size) under the sink STag, and the RFC 5041
+ * section 7 tagged buffer errors describe a segment that misses it: an
+ * STag that is not the advertised one is "Invalid STag" (DDP 1/0x00),
+ * a TO or length outside it, or an end short of it, is "Base or bounds
+ * violation" (DDP 1/0x01). Linux siw, the reference peer, uses the
+ * same two codes for the same checks.
+ */
 static enum rx_state rx_read_resp(struct rdmap_qp *qp, uint32_t plen)
 {
 	const struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+	const struct ddp_hdr *d = &qp->h.ddp;
 
 	/* A Read Response must answer our oldest Read (RFC 5040 5.3:
 	 * responses come back in request order). */
-	if (qp->ord_head == qp->ord_tail ||
-	    (plen && qp->h.ddp.t.stag != o->sink_stag))
+	if (qp->ord_head == qp->ord_tail)
 		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
+	if (plen && d->t.stag != o->sink_stag)
+		return rx_fault(qp, rdmap_fault_ddp(DDP_ERR_T_INVALID_STAG));
+	/* o->got <= o->size holds: every accepted segment fitted. */
+	if ((plen && d->t.to != o->sink_to + o->got) ||
+	    plen > o->size - o->got ||
+	    (d->last && o->got + plen != o->size))
+		return rx_fault(qp, rdmap_fault_ddp(DDP_ERR_T_BASE_BOUNDS));
 	return rx_tagged(qp, plen, RDMAP_ACC_LOCAL_WRITE);
 }
 
