@@ -39,6 +39,10 @@ struct rdmap_mr {
 	uint64_t length;
 	uint32_t access;          /* RDMAP_ACC_* */
 	const void *pd;           /* protection domain identity */
+	bool remote_inv;          /* a peer's Send with Invalidate may
+				   * invalidate it: type 2 memory windows
+				   * and fast-registered MRs only, never an
+				   * ibv_reg_mr MR (rdmap_qp_rx.c) */
 	atomic_bool valid;        /* cleared by invalidation */
 	atomic_int refs;          /* lookups not yet put back */
 };

@@ -322,8 +322,9 @@ static void rr_segment(struct rdmap_qp *qp, uint32_t stag, uint64_t to,
 }
 
 /* The QP answered with exactly one Terminate carrying term, quoting the
- * tagged DDP header of the faulting segment. */
-static void rr_expect_terminate(struct rdmap_qp *qp, uint16_t term)
+ * DDP header (ddp_len octets) of the faulting segment. */
+static void expect_terminate(struct rdmap_qp *qp, uint16_t term,
+			     uint8_t ddp_len)
 {
 	uint8_t b[256];
 	size_t n = drain(qp, b, sizeof(b));
@@ -343,8 +344,13 @@ static void rr_expect_terminate(struct rdmap_qp *qp, uint16_t term)
 		     (int)(ulen - (unsigned int)hl));
 	cr_assert_eq(t.term, term, "Terminate %#06x, want %#06x", t.term, term);
 	cr_assert(t.has_ddp_hdr);
-	cr_assert_eq(t.ddp_hdr_len, DDP_TAGGED_HDR_LEN);
+	cr_assert_eq(t.ddp_hdr_len, ddp_len);
 	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
+}
+
+static void rr_expect_terminate(struct rdmap_qp *qp, uint16_t term)
+{
+	expect_terminate(qp, term, DDP_TAGGED_HDR_LEN);
 }
 
 /* The READ completed once, with status st and vendor_err term. */
@@ -457,5 +463,129 @@ Test(qp, read_response_to_another_stag_is_refused)
 	rr_expect_terminate(qp, TERM_T_STAG);
 	rr_expect_wc(RDMAP_WC_LOC_QP_OP_ERR, TERM_T_STAG);
 	rr_expect_mem(0);
+	rr_qp_free(qp);
+}
+
+/* ---- Send with Invalidate invalidates only what may be invalidated ---- */
+
+#define INV_MSG       16
+#define TERM_CANT_INV 0x0109  /* RDMAP remote protection error "STag
+			       * cannot be invalidated" (RFC 5040 7) */
+
+/* A started QP with MR 0 (remote-writable, of PD pd; remote_inv: of a
+ * kind that may be invalidated remotely) and a receive of 64 octets into
+ * MR 1 posted (wr_id 9). */
+static struct rdmap_qp *inv_qp(const void *pd, bool remote_inv)
+{
+	static const struct rdmap_qp_ops o = { .complete = rr_complete };
+	struct rdmap_qp_cfg cfg = { .pd = RR_PD, .stags = &g_t, .ops = &o,
+				    .sq_size = 4, .rq_size = 4 };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
+	struct rdmap_recv_wr *r;
+	struct rdmap_qp *qp;
+
+	memset(rr_mem, RR_FILL, sizeof(rr_mem));
+	rr_ncqe = 0;
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	for (int i = 0; i < 2; i++) {
+		rr_mr[i] = (struct rdmap_mr){
+			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
+			.length = sizeof(rr_mem[i]),
+			.access = RDMAP_ACC_LOCAL_WRITE |
+				  (i == 0 ? RDMAP_ACC_REMOTE_WRITE : 0),
+			.pd = i == 0 ? pd : RR_PD,
+			.remote_inv = i == 0 && remote_inv,
+		};
+		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
+	}
+	qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	r = rdmap_ring_slot(rdmap_qp_rq(qp), 0);
+	memset(r, 0, sizeof(*r));
+	r->wr_id = 9;
+	r->num_sge = 1;
+	r->sge[0] = (struct rdmap_sge){ rr_mr[1].iova, 64, rr_mr[1].stag };
+	r->length = 64;
+	atomic_store(&rdmap_qp_rq(qp)->tail, 1);
+	return qp;
+}
+
+/* Feed a Send with Invalidate (CRC off) of INV_MSG octets naming stag. */
+static void inv_send(struct rdmap_qp *qp, uint32_t stag)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_SEND_INV };
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + INV_MSG], fpdu[128];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.last = true;
+	h.ddp.u.msn = 1;
+	h.inval_stag = stag;
+	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
+	memset(ulpdu + hl, 0x3c, INV_MSG);
+	mpa_tx_init(&tx, false, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), fpdu, sizeof(fpdu));
+	cr_assert_gt(n, 0);
+	feed(qp, fpdu, (size_t)n);
+}
+
+/* The receive completed once: status st, invalidation reported or not. */
+static void inv_expect_wc(enum rdmap_wc_status st, bool with_inv)
+{
+	cr_assert_eq(rr_ncqe, 1);
+	cr_assert_eq(rr_cqe[0].wr_id, 9);
+	cr_assert(rr_cqe[0].recv);
+	cr_assert_eq(rr_cqe[0].status, st, "status %u", rr_cqe[0].status);
+	cr_assert_eq(rr_cqe[0].with_inv, with_inv);
+	if (with_inv)
+		cr_assert_eq(rr_cqe[0].inv_stag, rr_mr[0].stag);
+}
+
+Test(qp, send_with_invalidate_refuses_an_ordinary_mr)
+{
+	struct rdmap_qp *qp = inv_qp(RR_PD, false);
+
+	/* An MR as ibv_reg_mr makes it, of the QP's own PD */
+	inv_send(qp, rr_mr[0].stag);
+	expect_terminate(qp, TERM_CANT_INV, DDP_UNTAGGED_HDR_LEN);
+	inv_expect_wc(RDMAP_WC_REM_INV_REQ_ERR, false);
+	cr_assert(atomic_load(&rr_mr[0].valid), "the MR was invalidated");
+	rr_qp_free(qp);
+}
+
+Test(qp, send_with_invalidate_invalidates_what_may_be)
+{
+	/* a kind that allows it (a type 2 window, a fast-registered MR) */
+	struct rdmap_qp *qp = inv_qp(RR_PD, true);
+	uint8_t b[64];
+
+	inv_send(qp, rr_mr[0].stag);
+	cr_assert_eq(drain(qp, b, sizeof(b)), 0, "no Terminate");
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	inv_expect_wc(RDMAP_WC_SUCCESS, true);
+	cr_assert_eq(rr_cqe[0].byte_len, INV_MSG);
+	cr_assert(!atomic_load(&rr_mr[0].valid), "the MR is still valid");
+	rr_qp_free(qp);
+}
+
+Test(qp, send_with_invalidate_refuses_another_pd_or_key)
+{
+	struct rdmap_qp *qp = inv_qp((const void *)2, true);
+
+	/* of a kind that allows it, but of another PD */
+	inv_send(qp, rr_mr[0].stag);
+	expect_terminate(qp, TERM_CANT_INV, DDP_UNTAGGED_HDR_LEN);
+	inv_expect_wc(RDMAP_WC_REM_INV_REQ_ERR, false);
+	cr_assert(atomic_load(&rr_mr[0].valid));
+	rr_qp_free(qp);
+
+	/* of our PD, but the key is not the MR's */
+	qp = inv_qp(RR_PD, true);
+	inv_send(qp, rr_mr[0].stag ^ 1);
+	expect_terminate(qp, TERM_CANT_INV, DDP_UNTAGGED_HDR_LEN);
+	inv_expect_wc(RDMAP_WC_REM_INV_REQ_ERR, false);
+	cr_assert(atomic_load(&rr_mr[0].valid));
 	rr_qp_free(qp);
 }
