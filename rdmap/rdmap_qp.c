@@ -249,6 +249,49 @@ void qp_complete_recv(struct rdmap_qp *qp, enum rdmap_wc_status st,
 	qp->cfg.ops->complete(qp->cfg.ops_arg, &c);
 }
 
+bool qp_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st)
+{
+	struct rdmap_recv_wr *r = &qp->recv;
+
+	*st = RDMAP_WC_SUCCESS;
+	if (qp->cfg.use_srq) {
+		if (!qp->cfg.ops->srq_pop(qp->cfg.ops_arg, r))
+			return false;
+	} else {
+		uint32_t head = atomic_load_explicit(&qp->rq.head,
+						     memory_order_relaxed);
+
+		if (head == atomic_load_explicit(&qp->rq.tail,
+						 memory_order_acquire))
+			return false;
+		*r = *(struct rdmap_recv_wr *)rdmap_ring_slot(&qp->rq, head);
+		atomic_store_explicit(&qp->rq.head, head + 1,
+				      memory_order_release);
+	}
+	qp->have_recv = true;
+	qp->nrsge = 0;
+	qp->recv_bytes = 0;
+	for (int i = 0; i < r->num_sge; i++) {
+		const struct rdmap_sge *s = &r->sge[i];
+		struct rdmap_mr *mr;
+
+		if (s->length == 0)
+			continue;
+		mr = rdmap_stag_get(qp->cfg.stags, s->lkey);
+		if (!mr || rdmap_mr_check(mr, qp->cfg.pd, RDMAP_ACC_LOCAL_WRITE,
+					  s->addr, s->length) != RDMAP_MR_OK) {
+			rdmap_mr_put(mr);
+			*st = RDMAP_WC_LOC_PROT_ERR;
+			return true;
+		}
+		qp->rmr[qp->nrsge] = mr;
+		qp->rsge[qp->nrsge].iov_base = rdmap_mr_ptr(mr, s->addr);
+		qp->rsge[qp->nrsge].iov_len = s->length;
+		qp->nrsge++;
+	}
+	return true;
+}
+
 /* Every posted receive of our own RQ completes with FLUSH_ERR. */
 static void flush_rq(struct rdmap_qp *qp)
 {
@@ -354,6 +397,20 @@ void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
 	qp->term_pending = true;
 	qp_enter_error(qp, f.term, f.layer == RDMAP_LAYER_LLP ?
 		    RDMAP_WC_FATAL_ERR : RDMAP_WC_LOC_QP_OP_ERR);
+}
+
+void qp_peer_terminated(struct rdmap_qp *qp, uint16_t term)
+{
+	/* The peer's Terminate explains the oldest unfinished WR: a remote
+	 * protection error there is IBV_WC_REM_ACCESS_ERR (RFC 5040 7.1). */
+	qp->term_sent = true;     /* never answer a Terminate with one */
+	if (rdmap_term_layer(term) == RDMAP_LAYER_LLP ||
+	    rdmap_term_etype(term) == 0)
+		qp_enter_error(qp, term, RDMAP_WC_FATAL_ERR);
+	else if (rdmap_term_etype(term) == 1)   /* remote protection */
+		qp_enter_error(qp, term, RDMAP_WC_REM_ACCESS_ERR);
+	else                                    /* remote operation */
+		qp_enter_error(qp, term, RDMAP_WC_REM_OP_ERR);
 }
 
 void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason)

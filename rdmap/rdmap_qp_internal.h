@@ -4,11 +4,12 @@
  * share: the QP structure and the helpers one part offers the others.
  * Not part of the public interface (rdmap_qp.h); stays in rdmap/.
  *
- *   rdmap_qp.c     rings, life cycle, completions, flush, error entry
+ *   rdmap_qp.c     rings, life cycle, completions, taking a posted
+ *                  receive, flush, error entry (ours or the peer's)
  *   rdmap_qp_tx.c  transmit: batching, framing, WR segmentation, Read
  *                  Responses, RTR / nudge / tick, Terminate out
  *   rdmap_qp_rx.c  receive: headers, placement, Read Requests in,
- *                  Terminate in, invalidation
+ *                  Terminate in
  */
 #ifndef WISP_RDMAP_QP_INTERNAL_H
 #define WISP_RDMAP_QP_INTERNAL_H
@@ -166,6 +167,12 @@ void qp_complete_recv(struct rdmap_qp *qp, enum rdmap_wc_status st,
 		      uint32_t len, bool solicited, bool inv,
 		      uint32_t inv_stag);
 
+/* Take the posted receive (own RQ or SRQ) for a new Send message into
+ * qp->recv and translate its SGEs. Returns false if none is posted; true
+ * with *st SUCCESS, or LOC_PROT_ERR for an SGE that fails its MR check
+ * (the receive is then taken, have_recv set, its SGEs untranslated). */
+bool qp_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st);
+
 /* Enter ERROR (once): flush every WR, the oldest unfinished SQ WR with
  * first_status, and report term through ops->fatal. Idempotent. */
 void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
@@ -176,6 +183,11 @@ void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
  * segment seg (ULPDU length seg_len; seg may be NULL), and enter ERROR. */
 void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
 	      const uint8_t *seg, size_t seg_avail, uint16_t seg_len);
+
+/* The peer's Terminate with code term (0 if unreadable) arrived: enter
+ * ERROR, the oldest unfinished WR failing as the code says, and never
+ * answer with a Terminate of our own. */
+void qp_peer_terminated(struct rdmap_qp *qp, uint16_t term);
 
 /* The iovecs covering [off, off + len) of the scatter list src[0..nsrc);
  * writes at most nsrc of them to out and returns their number. */

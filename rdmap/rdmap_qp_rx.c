@@ -177,50 +177,6 @@ static void end_read_resp(struct rdmap_qp *qp, uint32_t plen)
 	qp_sq_advance(qp);
 }
 
-/* Take the receive buffer for a new Send message and translate it. */
-static bool rx_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st)
-{
-	struct rdmap_recv_wr *r = &qp->recv;
-
-	*st = RDMAP_WC_SUCCESS;
-	if (qp->cfg.use_srq) {
-		if (!qp->cfg.ops->srq_pop(qp->cfg.ops_arg, r))
-			return false;
-	} else {
-		uint32_t head = atomic_load_explicit(&qp->rq.head,
-						     memory_order_relaxed);
-
-		if (head == atomic_load_explicit(&qp->rq.tail,
-						 memory_order_acquire))
-			return false;
-		*r = *(struct rdmap_recv_wr *)rdmap_ring_slot(&qp->rq, head);
-		atomic_store_explicit(&qp->rq.head, head + 1,
-				      memory_order_release);
-	}
-	qp->have_recv = true;
-	qp->nrsge = 0;
-	qp->recv_bytes = 0;
-	for (int i = 0; i < r->num_sge; i++) {
-		const struct rdmap_sge *s = &r->sge[i];
-		struct rdmap_mr *mr;
-
-		if (s->length == 0)
-			continue;
-		mr = rdmap_stag_get(qp->cfg.stags, s->lkey);
-		if (!mr || rdmap_mr_check(mr, qp->cfg.pd, RDMAP_ACC_LOCAL_WRITE,
-					  s->addr, s->length) != RDMAP_MR_OK) {
-			rdmap_mr_put(mr);
-			*st = RDMAP_WC_LOC_PROT_ERR;
-			return true;
-		}
-		qp->rmr[qp->nrsge] = mr;
-		qp->rsge[qp->nrsge].iov_base = rdmap_mr_ptr(mr, s->addr);
-		qp->rsge[qp->nrsge].iov_len = s->length;
-		qp->nrsge++;
-	}
-	return true;
-}
-
 /* Untagged Send into the posted receive buffer (RFC 5041 5.3). */
 static enum rx_state rx_send(struct rdmap_qp *qp, uint32_t plen)
 {
@@ -233,7 +189,7 @@ static enum rx_state rx_send(struct rdmap_qp *qp, uint32_t plen)
 	enum ddp_error de;
 
 	if (!qp->have_recv && qp->h.ddp.u.msn == ctx.expected_msn)
-		rx_take_recv(qp, &st);
+		qp_take_recv(qp, &st);
 	if (st != RDMAP_WC_SUCCESS) {
 		qp_complete_recv(qp, st, 0, false, false, 0);
 		return rx_fault(qp,
@@ -255,36 +211,10 @@ static int dest_untagged(struct rdmap_qp *qp, uint32_t poff, size_t len,
 			len, out);
 }
 
-/*
- * Remote invalidation (Send with Invalidate, RFC 5040 5.4). RDMAP leaves
- * to the verbs what a peer may invalidate, and the verbs rule is narrow:
- * rdma-core's ibv_alloc_mw(3) names IBV_WR_SEND_WITH_INV among what ends
- * a type 2 memory window's binding, and the kernel's soft RoCE
- * (rxe_invalidate_mr) invalidates an MR only if it is a fast-register
- * one (IB_MR_TYPE_MEM_REG), its key matches exactly and no window is
- * bound to it; an MR made by ibv_reg_mr can never be invalidated. (Linux
- * siw is looser: any MR of the QP's PD.) wisp follows the verbs rule:
- * the STag must name, key included, memory of the QP's PD whose kind
- * allows it (rdmap_mr.remote_inv). wisp has neither memory windows nor
- * fast registration yet, so today every Send with Invalidate is refused
- * with "STag cannot be invalidated". An STag already invalid may be
- * invalidated again.
- */
-static void invalidate(struct rdmap_qp *qp, uint32_t stag, bool *ok)
-{
-	struct rdmap_mr *mr = rdmap_stag_get(qp->cfg.stags, stag);
-
-	*ok = mr && mr->pd == qp->cfg.pd && mr->remote_inv;
-	if (*ok)
-		atomic_store(&mr->valid, false);
-	rdmap_mr_put(mr);
-}
-
 static void end_send(struct rdmap_qp *qp, uint32_t plen)
 {
 	const struct rdmap_op_info *info = rdmap_op(qp->h.opcode);
 	const struct ddp_hdr *d = &qp->h.ddp;
-	bool inv_ok = true;
 
 	qp->recv_bytes += plen;
 	if (!d->last)
@@ -294,8 +224,9 @@ static void end_send(struct rdmap_qp *qp, uint32_t plen)
 		/* RFC 5040 5.4: invalidate once the message is placed; an
 		 * STag that cannot be invalidated is a remote protection
 		 * error. */
-		invalidate(qp, qp->h.inval_stag, &inv_ok);
-		if (!inv_ok) {
+		if (!rdmap_stag_remote_invalidate(qp->cfg.stags,
+						  qp->h.inval_stag,
+						  qp->cfg.pd)) {
 			qp_complete_recv(qp, RDMAP_WC_REM_INV_REQ_ERR, 0,
 					 false, false, 0);
 			rx_fault(qp, rdmap_fault_rdmap(
@@ -382,16 +313,7 @@ static void end_term(struct rdmap_qp *qp, uint32_t plen)
 	qp->rx_msn[RDMAP_QN_TERMINATE]++;
 	if (rdmap_term_parse(qp->term_buf, qp->term_have, &t) >= 0)
 		term = t.term;
-	/* The peer's Terminate explains the oldest unfinished WR: a remote
-	 * protection error there is IBV_WC_REM_ACCESS_ERR (RFC 5040 7.1). */
-	qp->term_sent = true;     /* never answer a Terminate with one */
-	if (rdmap_term_layer(term) == RDMAP_LAYER_LLP ||
-	    rdmap_term_etype(term) == 0)
-		qp_enter_error(qp, term, RDMAP_WC_FATAL_ERR);
-	else if (rdmap_term_etype(term) == 1)   /* remote protection */
-		qp_enter_error(qp, term, RDMAP_WC_REM_ACCESS_ERR);
-	else                                    /* remote operation */
-		qp_enter_error(qp, term, RDMAP_WC_REM_OP_ERR);
+	qp_peer_terminated(qp, term);
 }
 
 /*

@@ -42,7 +42,7 @@ struct rdmap_mr {
 	bool remote_inv;          /* a peer's Send with Invalidate may
 				   * invalidate it: type 2 memory windows
 				   * and fast-registered MRs only, never an
-				   * ibv_reg_mr MR (rdmap_qp_rx.c) */
+				   * ibv_reg_mr MR (rdmap_stag.c) */
 	atomic_bool valid;        /* cleared by invalidation */
 	atomic_int refs;          /* lookups not yet put back */
 };
@@ -71,6 +71,12 @@ void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 /* The MR named by stag with a reference taken, or NULL if the index is
  * unused or the key does not match. Valid or not: the caller checks. */
 struct rdmap_mr *rdmap_stag_get(struct rdmap_stag_table *t, uint32_t stag);
+
+/* A peer's Send with Invalidate names stag on a QP of PD pd: if the rule
+ * allows (the exact STag, of pd, remote_inv set), mark it invalid and
+ * return true; else change nothing and return false. */
+bool rdmap_stag_remote_invalidate(struct rdmap_stag_table *t, uint32_t stag,
+				  const void *pd);
 
 static inline void rdmap_mr_put(struct rdmap_mr *mr)
 {

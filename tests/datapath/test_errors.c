@@ -249,7 +249,7 @@ Test(errors, read_without_rights, .timeout = 60)
 /*
  * SEND with Invalidate naming an MR made by ibv_reg_mr: refused. Only
  * type 2 memory windows and fast-registered MRs may be invalidated by a
- * peer (ibv_alloc_mw(3); rdmap_qp_rx.c says why), and wisp has neither.
+ * peer (ibv_alloc_mw(3); rdmap_stag.c says why), and wisp has neither.
  * The receiver answers with the Terminate "STag cannot be invalidated"
  * (RDMAP remote protection 0x0109), its receive completes with
  * IBV_WC_REM_INV_REQ_ERR, and both QPs fail. A READ of the same MR
