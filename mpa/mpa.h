@@ -319,6 +319,14 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
  */
 size_t mpa_rx_contig(const struct mpa_rx *rx);
 
+/* ULPDU octets of the current FPDU that mpa_rx_feed() has handed out so
+ * far (the offset of the next ULPDU octet); 0 for a NULL rx. */
+size_t mpa_rx_ulpdu_done(const struct mpa_rx *rx);
+
+/* Why the decoder failed (the fault of the -EPROTO mpa_rx_feed()
+ * returned), or MPA_ERR_NONE while it has not failed or for a NULL rx. */
+enum mpa_error mpa_rx_error(const struct mpa_rx *rx);
+
 /*
  * Convenience over mpa_rx_feed(): assemble the current ULPDU into
  * buf[0..cap). Returns the octets consumed; when an FPDU completed within

@@ -345,6 +345,18 @@ size_t mpa_rx_contig(const struct mpa_rx *rx)
 	return n;
 }
 
+size_t mpa_rx_ulpdu_done(const struct mpa_rx *rx)
+{
+	return rx ? rx->ulpdu_done : 0;
+}
+
+enum mpa_error mpa_rx_error(const struct mpa_rx *rx)
+{
+	if (!rx || rx->state != MPA_RX_FAILED)
+		return MPA_ERR_NONE;
+	return rx->error;
+}
+
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev)
 {

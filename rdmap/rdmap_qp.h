@@ -160,7 +160,7 @@ struct rdmap_stream_cfg {
 			 RDMAP_RTR_SEND_READ, RDMAP_RTR_EXPECT } rtr;
 };
 
-struct rdmap_qp;              /* opaque: rdmap_qp.c */
+struct rdmap_qp;              /* opaque: rdmap_qp_internal.h */
 
 /* Returns a QP in IDLE, or NULL (errno set). */
 struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg);

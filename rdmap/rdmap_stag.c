@@ -282,6 +282,33 @@ struct rdmap_mr *rdmap_stag_get(struct rdmap_stag_table *t, uint32_t stag)
 	return atomic_load_explicit(&s->mr, memory_order_relaxed);
 }
 
+/*
+ * Remote invalidation (Send with Invalidate, RFC 5040 5.4). RDMAP leaves
+ * to the verbs what a peer may invalidate, and the verbs rule is narrow:
+ * rdma-core's ibv_alloc_mw(3) names IBV_WR_SEND_WITH_INV among what ends
+ * a type 2 memory window's binding, and the kernel's soft RoCE
+ * (rxe_invalidate_mr) invalidates an MR only if it is a fast-register
+ * one (IB_MR_TYPE_MEM_REG), its key matches exactly and no window is
+ * bound to it; an MR made by ibv_reg_mr can never be invalidated. (Linux
+ * siw is looser: any MR of the QP's PD.) wisp follows the verbs rule:
+ * the STag must name, key included, memory of the QP's PD whose kind
+ * allows it (rdmap_mr.remote_inv). wisp has neither memory windows nor
+ * fast registration yet, so today every Send with Invalidate is refused
+ * with "STag cannot be invalidated". An STag already invalid may be
+ * invalidated again.
+ */
+bool rdmap_stag_remote_invalidate(struct rdmap_stag_table *t, uint32_t stag,
+				  const void *pd)
+{
+	struct rdmap_mr *mr = rdmap_stag_get(t, stag);
+	bool ok = mr && mr->pd == pd && mr->remote_inv;
+
+	if (ok)
+		atomic_store(&mr->valid, false);
+	rdmap_mr_put(mr);
+	return ok;
+}
+
 enum rdmap_mr_check rdmap_mr_check(const struct rdmap_mr *mr, const void *pd,
 				   uint32_t acc, uint64_t to, uint64_t len)
 {

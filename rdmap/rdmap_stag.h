@@ -83,6 +83,10 @@ struct rdmap_mr {
 	uint64_t length;
 	uint32_t access;          /* RDMAP_ACC_* */
 	const void *pd;           /* protection domain identity */
+	bool remote_inv;          /* a peer's Send with Invalidate may
+				   * invalidate it: type 2 memory windows
+				   * and fast-registered MRs only, never an
+				   * ibv_reg_mr MR (rdmap_stag.c) */
 	atomic_bool valid;        /* cleared by invalidation */
 	struct rdmap_stag_slot *slot; /* where its references are counted */
 };
@@ -116,6 +120,12 @@ void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr);
  * exactly that STag. Valid or not: the caller checks. O(1), lock-free;
  * safe against a concurrent rdmap_stag_remove(). */
 struct rdmap_mr *rdmap_stag_get(struct rdmap_stag_table *t, uint32_t stag);
+
+/* A peer's Send with Invalidate names stag on a QP of PD pd: if the rule
+ * allows (the exact STag, of pd, remote_inv set), mark it invalid and
+ * return true; else change nothing and return false. */
+bool rdmap_stag_remote_invalidate(struct rdmap_stag_table *t, uint32_t stag,
+				  const void *pd);
 
 /* Drop a reference taken by rdmap_stag_get(); NULL is ignored. */
 static inline void rdmap_mr_put(struct rdmap_mr *mr)

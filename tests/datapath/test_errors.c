@@ -190,6 +190,117 @@ Test(errors, remote_fault_through_verbs, .timeout = 60)
 	dp_teardown(&p, &defaults);
 }
 
+/*
+ * SEND with Invalidate naming an MR made by ibv_reg_mr: refused. Only
+ * type 2 memory windows and fast-registered MRs may be invalidated by a
+ * peer (ibv_alloc_mw(3); rdmap_stag.c says why), and wisp has neither.
+ * The receiver answers with the Terminate "STag cannot be invalidated"
+ * (RDMAP remote protection 0x0109), its receive completes with
+ * IBV_WC_REM_INV_REQ_ERR, and both QPs fail. A READ of the same MR
+ * behind the SEND is still waiting when the Terminate arrives, so it
+ * carries the verdict unless the SEND itself does.
+ */
+Test(errors, send_with_invalidate, .timeout = 60)
+{
+	struct dp_pair p;
+	uint8_t *tgt, *rbuf, *sbuf, *la;
+	struct ibv_mr *mt, *mrb, *msb, *mla;
+	struct ibv_wc wc;
+
+	dp_setup(&p, &defaults);
+	mt = dp_mr(p.b.pd, 4096, DP_ALL_ACCESS, &tgt);
+	mrb = dp_mr(p.b.pd, 64, IBV_ACCESS_LOCAL_WRITE, &rbuf);
+	msb = dp_mr(p.a.pd, 64, 0, &sbuf);
+	mla = dp_mr(p.a.pd, 64, IBV_ACCESS_LOCAL_WRITE, &la);
+	memset(tgt, 0, 4096);
+	post_recv(p.b.qp, mrb, rbuf, 64, 5);
+	{
+		struct ibv_sge s1 = { (uintptr_t)sbuf, 16, msb->lkey };
+		struct ibv_sge s2 = { (uintptr_t)la, 16, mla->lkey };
+		struct ibv_send_wr w2 = { .wr_id = 7, .sg_list = &s2,
+					  .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_READ,
+					  .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr w1 = { .wr_id = 6, .sg_list = &s1,
+					  .num_sge = 1,
+					  .opcode = IBV_WR_SEND_WITH_INV,
+					  .send_flags = IBV_SEND_SIGNALED,
+					  .invalidate_rkey = mt->rkey,
+					  .next = &w2 }, *bad;
+
+		w2.wr.rdma.remote_addr = (uintptr_t)tgt;
+		w2.wr.rdma.rkey = mt->rkey;
+		cr_assert_eq(ibv_post_send(p.a.qp, &w1, &bad), 0);
+	}
+	wc = dp_wait1(p.b.rcq);
+	cr_assert_eq(wc.wr_id, 5);
+	cr_assert_eq(wc.status, IBV_WC_REM_INV_REQ_ERR, "receive got %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert(!(wc.wc_flags & IBV_WC_WITH_INV));
+	wc = dp_wait1(p.a.scq);
+	cr_assert_eq(wc.wr_id, 6);
+	if (wc.status == IBV_WC_SUCCESS) {
+		wc = dp_wait1(p.a.scq);
+		cr_assert_eq(wc.wr_id, 7);
+	}
+	cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "WR %llu got %s",
+		     (unsigned long long)wc.wr_id,
+		     ibv_wc_status_str(wc.status));
+	cr_assert_eq(wc.vendor_err, 0x0109, "Terminate 0x%04x",
+		     wc.vendor_err);
+	if (wc.wr_id == 6) {
+		wc = dp_wait1(p.a.scq);
+		cr_assert_eq(wc.wr_id, 7);
+		cr_assert_eq(wc.status, IBV_WC_WR_FLUSH_ERR);
+	}
+	cr_log_info("SEND_WITH_INV of an ibv_reg_mr MR: receiver %s, "
+		    "Terminate 0x%04x", ibv_wc_status_str(IBV_WC_REM_INV_REQ_ERR),
+		    wc.vendor_err);
+	wait_error(p.a.qp);
+	wait_error(p.b.qp);
+	expect_async(p.b.ctx, IBV_EVENT_QP_FATAL, p.b.qp);
+	expect_async(p.a.ctx, IBV_EVENT_QP_FATAL, p.a.qp);
+	for (int i = 0; i < 4096; i++)
+		cr_assert_eq(tgt[i], 0);
+	ibv_dereg_mr(mt);
+	ibv_dereg_mr(mrb);
+	ibv_dereg_mr(msb);
+	ibv_dereg_mr(mla);
+	free(tgt);
+	free(rbuf);
+	free(sbuf);
+	free(la);
+	dp_teardown(&p, &defaults);
+}
+
+/* A SEND with no receive posted: DDP "no buffer" Terminate. */
+Test(errors, send_without_recv, .timeout = 60)
+{
+	struct dp_pair p;
+	uint8_t msg[8] = { 0 };
+	struct ibv_sge s = { (uintptr_t)msg, 8, 0 };
+	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &s, .num_sge = 1,
+				 .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED |
+					       IBV_SEND_INLINE }, *bad;
+
+	dp_setup(&p, &defaults);
+	cr_assert_eq(ibv_post_send(p.a.qp, &w, &bad), 0);
+	/* Completed once handed to TCP, unless the peer's Terminate came
+	 * back first: then it carries the remote operation error. */
+	{
+		struct ibv_wc wc = dp_wait1(p.a.scq);
+
+		cr_assert(wc.status == IBV_WC_SUCCESS ||
+			  wc.status == IBV_WC_REM_OP_ERR, "got %s",
+			  ibv_wc_status_str(wc.status));
+	}
+	wait_error(p.b.qp);
+	wait_error(p.a.qp);
+	expect_async(p.b.ctx, IBV_EVENT_QP_FATAL, p.b.qp);
+	dp_teardown(&p, &defaults);
+}
+
 /* Local errors: a bad lkey completes with LOC_PROT_ERR. */
 Test(errors, local_protection, .timeout = 60)
 {

@@ -475,6 +475,38 @@ Test(mpa_fpdu, zero_copy_placement_with_contig)
 	cr_assert_arr_eq(dst, src, sizeof(src));
 }
 
+Test(mpa_fpdu, ulpdu_done_and_error_accessors)
+{
+	uint8_t ulpdu[20], wire[64];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+	int len;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 5);
+	mpa_tx_init(&tx, true, false);
+	len = mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), wire, sizeof(wire));
+	cr_assert_gt(len, 0);
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	cr_assert_eq(mpa_rx_ulpdu_done(&rx), 0);
+	/* length field and the first 5 ULPDU octets */
+	cr_assert_eq(mpa_rx_feed(&rx, wire, 2, &ev), 2);
+	cr_assert_eq(mpa_rx_feed(&rx, wire + 2, 5, &ev), 5);
+	cr_assert_eq(ev.type, MPA_RX_EV_DATA);
+	cr_assert_eq(mpa_rx_ulpdu_done(&rx), 5);
+	cr_assert_eq(mpa_rx_contig(&rx), sizeof(ulpdu) - 5);
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_NONE);
+	/* the rest with a CRC bit flipped */
+	wire[len - 1] ^= 1;
+	cr_assert_eq(mpa_rx_feed(&rx, wire + 7, (size_t)len - 7, &ev), 15);
+	cr_assert_eq(mpa_rx_ulpdu_done(&rx), sizeof(ulpdu));
+	cr_assert_eq(mpa_rx_feed(&rx, wire + 22, (size_t)len - 22, &ev),
+		     -EPROTO);
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_CRC);
+	cr_assert_eq(mpa_rx_ulpdu_done(NULL), 0);
+	cr_assert_eq(mpa_rx_error(NULL), MPA_ERR_NONE);
+}
+
 /* ---- tampering ----------------------------------------------------------- */
 
 Test(mpa_fpdu, every_single_bit_flip_is_detected_with_crc)

@@ -227,3 +227,365 @@ Test(qp, write_rtr_nudged_and_no_rtr_never)
 	cr_assert(!send);
 	rtr_qp_free(qp);
 }
+
+/* ---- Read Responses are held to the READ they answer ---- */
+
+#define RR_PD       ((const void *)1)
+#define RR_SINK     256       /* sink buffer: offset in MR 0 ... */
+#define RR_LEN      64        /* ... and length of the READ */
+#define RR_FILL     0xa5      /* what the MRs hold before any placement */
+
+static uint8_t rr_mem[2][1024];
+static struct rdmap_mr rr_mr[2];
+static struct rdmap_cqe rr_cqe[4];
+static int rr_ncqe;
+
+static void rr_complete(void *arg, const struct rdmap_cqe *c)
+{
+	(void)arg;
+	cr_assert_lt(rr_ncqe, 4);
+	rr_cqe[rr_ncqe++] = *c;
+}
+
+/* A started QP (CRC off) with two local-write MRs, one READ of RR_LEN
+ * octets into MR 0 at RR_SINK posted and its Read Request sent. */
+static struct rdmap_qp *rr_qp(void)
+{
+	static const struct rdmap_qp_ops o = { .complete = rr_complete };
+	struct rdmap_qp_cfg cfg = { .pd = RR_PD, .stags = &g_t, .ops = &o,
+				    .sq_size = 4, .rq_size = 4 };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
+	struct rdmap_send_wr *w;
+	struct rdmap_qp *qp;
+	uint8_t b[256];
+
+	memset(rr_mem, RR_FILL, sizeof(rr_mem));
+	rr_ncqe = 0;
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	for (int i = 0; i < 2; i++) {
+		rr_mr[i] = (struct rdmap_mr){
+			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
+			.length = sizeof(rr_mem[i]),
+			.access = RDMAP_ACC_LOCAL_WRITE, .pd = RR_PD,
+		};
+		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
+	}
+	qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	w = rdmap_ring_slot(rdmap_qp_sq(qp), 0);
+	memset(w, 0, sizeof(*w));
+	w->wr_id = 7;
+	w->opcode = RDMAP_WR_READ;
+	w->flags = RDMAP_WR_SIGNALED;
+	w->num_sge = 1;
+	w->sge[0] = (struct rdmap_sge){ rr_mr[0].iova + RR_SINK, RR_LEN,
+					rr_mr[0].stag };
+	w->rkey = 0x777;
+	w->remote_addr = 0x5000;
+	w->length = RR_LEN;
+	atomic_store(&rdmap_qp_sq(qp)->tail, 1);
+	expect_fpdu(b, drain(qp, b, sizeof(b)), READ_REQ_FPDU);
+	return qp;
+}
+
+static void rr_qp_free(struct rdmap_qp *qp)
+{
+	rdmap_qp_destroy(qp);
+	for (int i = 0; i < 2; i++)
+		rdmap_stag_remove(&g_t, &rr_mr[i]);
+	rdmap_stag_table_fini(&g_t);
+}
+
+/* Feed one Read Response segment (CRC off): len octets of pattern at
+ * STag stag, TO to. */
+static void rr_segment(struct rdmap_qp *qp, uint32_t stag, uint64_t to,
+		       uint32_t len, bool last)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_RESP };
+	uint8_t ulpdu[DDP_TAGGED_HDR_LEN + 256], fpdu[512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	cr_assert_leq(len, 256);
+	h.ddp.last = last;
+	h.ddp.t.stag = stag;
+	h.ddp.t.to = to;
+	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	cr_assert_eq(hl, DDP_TAGGED_HDR_LEN);
+	for (uint32_t i = 0; i < len; i++)
+		ulpdu[hl + (int)i] = (uint8_t)(0x10 + i);
+	mpa_tx_init(&tx, false, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, fpdu, sizeof(fpdu));
+	cr_assert_gt(n, 0);
+	feed(qp, fpdu, (size_t)n);
+}
+
+/* The QP answered with exactly one Terminate carrying term, quoting the
+ * DDP header (ddp_len octets) of the faulting segment. */
+static void expect_terminate(struct rdmap_qp *qp, uint16_t term,
+			     uint8_t ddp_len)
+{
+	uint8_t b[256];
+	size_t n = drain(qp, b, sizeof(b));
+	struct rdmap_terminate t;
+	struct rdmap_fault f;
+	struct rdmap_hdr h;
+	unsigned int ulen;
+	int hl;
+
+	cr_assert_geq(n, 2, "no Terminate sent");
+	ulen = (unsigned int)(b[0] << 8 | b[1]);
+	cr_assert_eq(n, (2 + ulen + 3) / 4 * 4 + 4, "one FPDU, %zu octets", n);
+	hl = rdmap_hdr_parse(b + 2, ulen, &h, &f);
+	cr_assert_gt(hl, 0);
+	cr_assert_eq(h.opcode, RDMAP_OP_TERMINATE);
+	cr_assert_eq(rdmap_term_parse(b + 2 + hl, ulen - (unsigned int)hl, &t),
+		     (int)(ulen - (unsigned int)hl));
+	cr_assert_eq(t.term, term, "Terminate %#06x, want %#06x", t.term, term);
+	cr_assert(t.has_ddp_hdr);
+	cr_assert_eq(t.ddp_hdr_len, ddp_len);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
+}
+
+static void rr_expect_terminate(struct rdmap_qp *qp, uint16_t term)
+{
+	expect_terminate(qp, term, DDP_TAGGED_HDR_LEN);
+}
+
+/* The READ completed once, with status st and vendor_err term. */
+static void rr_expect_wc(enum rdmap_wc_status st, uint16_t term)
+{
+	cr_assert_eq(rr_ncqe, 1);
+	cr_assert_eq(rr_cqe[0].wr_id, 7);
+	cr_assert(!rr_cqe[0].recv);
+	cr_assert_eq(rr_cqe[0].opcode, RDMAP_WC_RDMA_READ);
+	cr_assert_eq(rr_cqe[0].status, st, "status %u", rr_cqe[0].status);
+	cr_assert_eq(rr_cqe[0].vendor_err, term);
+}
+
+/* Both MRs hold RR_FILL everywhere but [RR_SINK, RR_SINK + placed) of
+ * MR 0, which holds the pattern rr_segment sends. */
+static void rr_expect_mem(uint32_t placed)
+{
+	for (int m = 0; m < 2; m++)
+		for (size_t i = 0; i < sizeof(rr_mem[m]); i++) {
+			bool in = m == 0 && i >= RR_SINK && i < RR_SINK + placed;
+
+			if (!in)
+				cr_assert_eq(rr_mem[m][i], RR_FILL,
+					     "MR %d octet %zu written", m, i);
+		}
+}
+
+Test(qp, read_response_in_two_segments_completes)
+{
+	struct rdmap_qp *qp = rr_qp();
+	uint64_t to = rr_mr[0].iova + RR_SINK;
+
+	rr_segment(qp, rr_mr[0].stag, to, 48, false);
+	rr_segment(qp, rr_mr[0].stag, to + 48, 16, true);
+	rr_expect_wc(RDMAP_WC_SUCCESS, 0);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	for (uint32_t i = 0; i < 48; i++)
+		cr_assert_eq(rr_mem[0][RR_SINK + i], (uint8_t)(0x10 + i));
+	for (uint32_t i = 0; i < 16; i++)
+		cr_assert_eq(rr_mem[0][RR_SINK + 48 + i], (uint8_t)(0x10 + i));
+	rr_qp_free(qp);
+}
+
+/* DDP tagged buffer errors (RFC 5041 section 7): Invalid STag, Base or
+ * bounds violation. */
+#define TERM_T_STAG   0x1100
+#define TERM_T_BOUNDS 0x1101
+
+Test(qp, read_response_at_another_to_is_refused)
+{
+	struct rdmap_qp *qp = rr_qp();
+
+	/* 64 octets, but 8 past the sink TO: inside MR 0, not the READ's */
+	rr_segment(qp, rr_mr[0].stag, rr_mr[0].iova + RR_SINK + 8, RR_LEN,
+		   true);
+	rr_expect_terminate(qp, TERM_T_BOUNDS);
+	rr_expect_wc(RDMAP_WC_LOC_QP_OP_ERR, TERM_T_BOUNDS);
+	rr_expect_mem(0);
+	rr_qp_free(qp);
+}
+
+Test(qp, read_response_longer_than_the_read_is_refused)
+{
+	struct rdmap_qp *qp = rr_qp();
+	uint64_t to = rr_mr[0].iova + RR_SINK;
+
+	/* 48 legitimate octets, then 32 more where only 16 were asked */
+	rr_segment(qp, rr_mr[0].stag, to, 48, false);
+	rr_segment(qp, rr_mr[0].stag, to + 48, 32, false);
+	rr_expect_terminate(qp, TERM_T_BOUNDS);
+	rr_expect_wc(RDMAP_WC_LOC_QP_OP_ERR, TERM_T_BOUNDS);
+	rr_expect_mem(48);
+	rr_qp_free(qp);
+}
+
+Test(qp, read_response_shorter_than_the_read_is_refused)
+{
+	struct rdmap_qp *qp = rr_qp();
+
+	/* L set on an empty segment: the READ would complete with no data */
+	rr_segment(qp, rr_mr[0].stag, rr_mr[0].iova + RR_SINK, 0, true);
+	rr_expect_terminate(qp, TERM_T_BOUNDS);
+	rr_expect_wc(RDMAP_WC_LOC_QP_OP_ERR, TERM_T_BOUNDS);
+	rr_expect_mem(0);
+	rr_qp_free(qp);
+}
+
+Test(qp, read_response_empty_segments_are_checked_by_length_only)
+{
+	struct rdmap_qp *qp = rr_qp();
+	uint64_t to = rr_mr[0].iova + RR_SINK;
+
+	/* RFC 5041 5.2: a zero-length segment's STag and TO are not
+	 * checked, so an empty one naming anything passes; the READ then
+	 * completes with the segment that brings its 64 octets. */
+	rr_segment(qp, 0x12345678, 0xdead, 0, false);
+	rr_segment(qp, rr_mr[0].stag, to, RR_LEN, true);
+	rr_expect_wc(RDMAP_WC_SUCCESS, 0);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	rr_expect_mem(RR_LEN);
+	rr_qp_free(qp);
+}
+
+Test(qp, read_response_to_another_stag_is_refused)
+{
+	struct rdmap_qp *qp = rr_qp();
+
+	/* MR 1 is ours and writable, but not the READ's sink */
+	rr_segment(qp, rr_mr[1].stag, rr_mr[1].iova + RR_SINK, RR_LEN, true);
+	rr_expect_terminate(qp, TERM_T_STAG);
+	rr_expect_wc(RDMAP_WC_LOC_QP_OP_ERR, TERM_T_STAG);
+	rr_expect_mem(0);
+	rr_qp_free(qp);
+}
+
+/* ---- Send with Invalidate invalidates only what may be invalidated ---- */
+
+#define INV_MSG       16
+#define TERM_CANT_INV 0x0109  /* RDMAP remote protection error "STag
+			       * cannot be invalidated" (RFC 5040 7) */
+
+/* A started QP with MR 0 (remote-writable, of PD pd; remote_inv: of a
+ * kind that may be invalidated remotely) and a receive of 64 octets into
+ * MR 1 posted (wr_id 9). */
+static struct rdmap_qp *inv_qp(const void *pd, bool remote_inv)
+{
+	static const struct rdmap_qp_ops o = { .complete = rr_complete };
+	struct rdmap_qp_cfg cfg = { .pd = RR_PD, .stags = &g_t, .ops = &o,
+				    .sq_size = 4, .rq_size = 4 };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
+	struct rdmap_recv_wr *r;
+	struct rdmap_qp *qp;
+
+	memset(rr_mem, RR_FILL, sizeof(rr_mem));
+	rr_ncqe = 0;
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	for (int i = 0; i < 2; i++) {
+		rr_mr[i] = (struct rdmap_mr){
+			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
+			.length = sizeof(rr_mem[i]),
+			.access = RDMAP_ACC_LOCAL_WRITE |
+				  (i == 0 ? RDMAP_ACC_REMOTE_WRITE : 0),
+			.pd = i == 0 ? pd : RR_PD,
+			.remote_inv = i == 0 && remote_inv,
+		};
+		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
+	}
+	qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	r = rdmap_ring_slot(rdmap_qp_rq(qp), 0);
+	memset(r, 0, sizeof(*r));
+	r->wr_id = 9;
+	r->num_sge = 1;
+	r->sge[0] = (struct rdmap_sge){ rr_mr[1].iova, 64, rr_mr[1].stag };
+	r->length = 64;
+	atomic_store(&rdmap_qp_rq(qp)->tail, 1);
+	return qp;
+}
+
+/* Feed a Send with Invalidate (CRC off) of INV_MSG octets naming stag. */
+static void inv_send(struct rdmap_qp *qp, uint32_t stag)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_SEND_INV };
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + INV_MSG], fpdu[128];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.last = true;
+	h.ddp.u.msn = 1;
+	h.inval_stag = stag;
+	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
+	memset(ulpdu + hl, 0x3c, INV_MSG);
+	mpa_tx_init(&tx, false, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), fpdu, sizeof(fpdu));
+	cr_assert_gt(n, 0);
+	feed(qp, fpdu, (size_t)n);
+}
+
+/* The receive completed once: status st, invalidation reported or not. */
+static void inv_expect_wc(enum rdmap_wc_status st, bool with_inv)
+{
+	cr_assert_eq(rr_ncqe, 1);
+	cr_assert_eq(rr_cqe[0].wr_id, 9);
+	cr_assert(rr_cqe[0].recv);
+	cr_assert_eq(rr_cqe[0].status, st, "status %u", rr_cqe[0].status);
+	cr_assert_eq(rr_cqe[0].with_inv, with_inv);
+	if (with_inv)
+		cr_assert_eq(rr_cqe[0].inv_stag, rr_mr[0].stag);
+}
+
+Test(qp, send_with_invalidate_refuses_an_ordinary_mr)
+{
+	struct rdmap_qp *qp = inv_qp(RR_PD, false);
+
+	/* An MR as ibv_reg_mr makes it, of the QP's own PD */
+	inv_send(qp, rr_mr[0].stag);
+	expect_terminate(qp, TERM_CANT_INV, DDP_UNTAGGED_HDR_LEN);
+	inv_expect_wc(RDMAP_WC_REM_INV_REQ_ERR, false);
+	cr_assert(atomic_load(&rr_mr[0].valid), "the MR was invalidated");
+	rr_qp_free(qp);
+}
+
+Test(qp, send_with_invalidate_invalidates_what_may_be)
+{
+	/* a kind that allows it (a type 2 window, a fast-registered MR) */
+	struct rdmap_qp *qp = inv_qp(RR_PD, true);
+	uint8_t b[64];
+
+	inv_send(qp, rr_mr[0].stag);
+	cr_assert_eq(drain(qp, b, sizeof(b)), 0, "no Terminate");
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	inv_expect_wc(RDMAP_WC_SUCCESS, true);
+	cr_assert_eq(rr_cqe[0].byte_len, INV_MSG);
+	cr_assert(!atomic_load(&rr_mr[0].valid), "the MR is still valid");
+	rr_qp_free(qp);
+}
+
+Test(qp, send_with_invalidate_refuses_another_pd_or_key)
+{
+	struct rdmap_qp *qp = inv_qp((const void *)2, true);
+
+	/* of a kind that allows it, but of another PD */
+	inv_send(qp, rr_mr[0].stag);
+	expect_terminate(qp, TERM_CANT_INV, DDP_UNTAGGED_HDR_LEN);
+	inv_expect_wc(RDMAP_WC_REM_INV_REQ_ERR, false);
+	cr_assert(atomic_load(&rr_mr[0].valid));
+	rr_qp_free(qp);
+
+	/* of our PD, but the key is not the MR's */
+	qp = inv_qp(RR_PD, true);
+	inv_send(qp, rr_mr[0].stag ^ 1);
+	expect_terminate(qp, TERM_CANT_INV, DDP_UNTAGGED_HDR_LEN);
+	inv_expect_wc(RDMAP_WC_REM_INV_REQ_ERR, false);
+	cr_assert(atomic_load(&rr_mr[0].valid));
+	rr_qp_free(qp);
+}

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdmap_qp_internal.h - what the three parts of the RDMAP queue pair
+ * share: the QP structure and the helpers one part offers the others.
+ * Not part of the public interface (rdmap_qp.h); stays in rdmap/.
+ *
+ *   rdmap_qp.c     rings, life cycle, completions, taking a posted
+ *                  receive, flush, error entry (ours or the peer's)
+ *   rdmap_qp_tx.c  transmit: batching, framing, WR segmentation, Read
+ *                  Responses, RTR / nudge / tick, Terminate out
+ *   rdmap_qp_rx.c  receive: headers, placement, Read Requests in,
+ *                  Terminate in
+ */
+#ifndef WISP_RDMAP_QP_INTERNAL_H
+#define WISP_RDMAP_QP_INTERNAL_H
+
+#include "rdmap_qp.h"
+
+#define TX_BATCH        64        /* FPDUs per gathered send */
+#define TX_BATCH_BYTES  (1u << 20)
+#define TX_IOV_MAX      1024
+#define HDR_MAX         (DDP_UNTAGGED_HDR_LEN + RDMAP_READ_REQ_LEN)
+#define STAGE_SIZE      (64 * 1024)
+#define SMALL_READ      64        /* staging read after a large FPDU */
+#define DIRECT_MIN      1024      /* payload worth a recv of its own */
+#define RTR_STAG        0x100     /* any non-zero STag: never checked */
+
+/* Engine-side state of each SQ slot. */
+struct sq_meta {
+	bool done;                /* may complete (success or error) */
+	uint8_t status;           /* enum rdmap_wc_status */
+	uint16_t reads_out;       /* Read Requests sent, not yet answered */
+	uint32_t vendor_err;
+};
+
+/* One FPDU of the transmit batch. */
+struct tx_fpdu {
+	uint8_t hdr[HDR_MAX];
+	struct mpa_fpdu_scratch scr;
+	size_t end;               /* batch offset just past this FPDU */
+	int64_t wr_idx;           /* SQ index whose last FPDU this is, or -1 */
+	struct rdmap_mr *put;     /* reference to drop once sent */
+	bool close;               /* a Terminate: close the stream after it */
+	uint8_t body[RDMAP_TERM_MAX_LEN]; /* a Terminate's message body */
+};
+
+/* The work request being segmented. */
+struct tx_cur {
+	bool active;
+	uint32_t idx;
+	const struct rdmap_send_wr *wr;
+	struct iovec src[RDMAP_MAX_SGE];  /* host addresses of the SGEs */
+	struct rdmap_mr *mr[RDMAP_MAX_SGE];
+	int nsrc;
+	struct ddp_seg_iter it;
+	uint8_t next_read;        /* READ: next SGE to request */
+	uint64_t read_off;        /* READ: remote offset of that SGE */
+};
+
+/* A Read Request accepted from the peer (IRD queue). */
+struct ird_entry {
+	struct rdmap_read_req rr;
+	struct rdmap_mr *src;     /* NULL for a zero-length Read */
+	uint64_t sent;            /* octets of the response framed */
+};
+
+/* A Read Request we sent (ORD queue). */
+struct ord_entry {
+	int64_t wr_idx;           /* -1: the RTR */
+	uint32_t sink_stag;
+	uint64_t sink_to;
+	uint32_t size;
+	uint64_t got;
+};
+
+/*
+ * Where the receive side is within the current ULPDU. The MPA decoder
+ * below handles length, markers, pad and CRC; these states cover the
+ * ULPDU itself. HDR is 0, the state of a fresh QP.
+ */
+enum rx_state {
+	RX_HDR,                   /* collecting the DDP + RDMAP header */
+	RX_PAYLOAD,               /* header checked: payload goes where the
+				   * opcode's row (rdmap_qp_rx.c) says */
+	RX_DISCARD,               /* a fault was found: octets are dropped */
+	RX__COUNT
+};
+
+struct rdmap_qp {
+	struct rdmap_qp_cfg cfg;
+	struct rdmap_stream_cfg s;
+	_Atomic int state;        /* enum rdmap_qp_state */
+
+	struct rdmap_ring sq, rq;
+	struct sq_meta *meta;
+	uint32_t sq_txpos;        /* next SQ index to start */
+
+	/* ---- transmit ---- */
+	struct mpa_tx mtx;
+	uint32_t tx_msn[RDMAP_QN__COUNT];
+	struct tx_cur cur;
+	struct ird_entry *ird;    /* ring of ird_size */
+	uint32_t ird_size, ird_head, ird_tail;
+	struct ord_entry *ord;
+	uint32_t ord_size, ord_head, ord_tail;
+	uint32_t ord_limit;
+	bool rtr_pending;         /* initiator: RTR still to send */
+	bool tx_hold;             /* responder: RTR not yet received */
+	bool nudge_pending;       /* a zero-length Write is to go out */
+	uint8_t nudges;           /* sent so far */
+	int64_t nudge_at;         /* 0: not yet timed */
+	bool term_pending;        /* a Terminate is to go out */
+	bool term_sent;
+	struct rdmap_terminate term;
+
+	struct tx_fpdu *fp;
+	int nfp, fp_done;
+	struct iovec iov[TX_IOV_MAX];
+	int niov, iov_cur;
+	size_t iov_off;           /* octets of iov[iov_cur] already sent */
+	size_t b_total, b_sent;
+
+	/* ---- receive ---- */
+	struct mpa_rx mrx;
+	uint8_t *stage;
+	size_t st_head, st_tail;
+	bool last_big;            /* the previous ULPDU was large */
+	bool rx_direct;           /* the last rx_want was a direct placement */
+	struct iovec dir[RDMAP_MAX_SGE];
+	int ndir;
+	uint8_t discard[4096];
+	uint32_t rx_msn[RDMAP_QN__COUNT];
+	bool rx_any;              /* at least one FPDU received */
+
+	/* the current ULPDU */
+	uint8_t hdr[HDR_MAX];
+	enum rx_state rx_state;
+	uint32_t hdr_have;
+	struct rdmap_hdr h;
+	uint32_t ulpdu_len;
+	uint8_t *tptr;            /* tagged: host address of payload octet 0 */
+	struct rdmap_mr *tmr;
+
+	/* the receive buffer of the Send being placed */
+	bool have_recv;
+	struct rdmap_recv_wr recv;
+	struct iovec rsge[RDMAP_MAX_SGE];
+	struct rdmap_mr *rmr[RDMAP_MAX_SGE];
+	int nrsge;
+	uint64_t recv_bytes;      /* message octets placed so far */
+
+	uint8_t term_buf[RDMAP_TERM_MAX_LEN];
+	uint32_t term_have;
+};
+
+/* ---- rdmap_qp.c: shared helpers ---- */
+
+/* Drop the n references of mr[] and clear the slots. */
+void qp_put_refs(struct rdmap_mr **mr, int n);
+
+/* Complete finished WRs from the head of the SQ, in SQ order. */
+void qp_sq_advance(struct rdmap_qp *qp);
+
+/* Complete the receive being placed (qp->recv) with status st; drops its
+ * MR references and clears have_recv. */
+void qp_complete_recv(struct rdmap_qp *qp, enum rdmap_wc_status st,
+		      uint32_t len, bool solicited, bool inv,
+		      uint32_t inv_stag);
+
+/* Take the posted receive (own RQ or SRQ) for a new Send message into
+ * qp->recv and translate its SGEs. Returns false if none is posted; true
+ * with *st SUCCESS, or LOC_PROT_ERR for an SGE that fails its MR check
+ * (the receive is then taken, have_recv set, its SGEs untranslated). */
+bool qp_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st);
+
+/* Enter ERROR (once): flush every WR, the oldest unfinished SQ WR with
+ * first_status, and report term through ops->fatal. Idempotent. */
+void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
+		    enum rdmap_wc_status first_status);
+
+/* A fault found locally: queue a Terminate for it (unless one was sent
+ * or received already), quoting up to seg_avail octets of the faulting
+ * segment seg (ULPDU length seg_len; seg may be NULL), and enter ERROR. */
+void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
+	      const uint8_t *seg, size_t seg_avail, uint16_t seg_len);
+
+/* The peer's Terminate with code term (0 if unreadable) arrived: enter
+ * ERROR, the oldest unfinished WR failing as the code says, and never
+ * answer with a Terminate of our own. */
+void qp_peer_terminated(struct rdmap_qp *qp, uint16_t term);
+
+/* The iovecs covering [off, off + len) of the scatter list src[0..nsrc);
+ * writes at most nsrc of them to out and returns their number. */
+int qp_slice(const struct iovec *src, int nsrc, uint64_t off,
+	     uint64_t len, struct iovec *out);
+
+/* ---- rdmap_qp_rx.c ---- */
+
+/* The name of receive state s for debug logs ("HDR", ...); never NULL. */
+const char *qp_rx_state_name(enum rx_state s);
+
+#endif /* WISP_RDMAP_QP_INTERNAL_H */

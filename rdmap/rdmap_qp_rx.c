@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: MIT
+/*
+ * rdmap_qp_rx.c - the receive side of the RDMAP queue pair.
+ *
+ * Octets land in a small staging buffer until an FPDU's DDP and RDMAP
+ * headers are known and checked; the rest of the payload is then
+ * received straight into the target (registered memory or the posted
+ * receive buffer) and the MPA decoder runs its CRC over what was placed.
+ */
+#include "rdmap_qp_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Receive states                                                     */
+/* ------------------------------------------------------------------ */
+
+static const char *const rx_state_names[RX__COUNT] = {
+	[RX_HDR] = "HDR",
+	[RX_PAYLOAD] = "PAYLOAD",
+	[RX_DISCARD] = "DISCARD",
+};
+
+const char *qp_rx_state_name(enum rx_state s)
+{
+	if ((unsigned int)s >= RX__COUNT || !rx_state_names[s])
+		return "?";
+	return rx_state_names[s];
+}
+
+/* Queue a Terminate for fault f, quoting the current header; every later
+ * octet of the stream is dropped. Returns the next state, RX_DISCARD. */
+static enum rx_state rx_fault(struct rdmap_qp *qp, struct rdmap_fault f)
+{
+	qp_fault(qp, f, qp->hdr, qp->hdr_have, (uint16_t)qp->ulpdu_len);
+	qp->rx_state = RX_DISCARD;
+	return RX_DISCARD;
+}
+
+static enum rdmap_error prot_error(enum rdmap_mr_check c)
+{
+	switch (c) {
+	case RDMAP_MR_INVALID:
+		return RDMAP_ERR_PROT_INVALID_STAG;
+	case RDMAP_MR_WRONG_PD:
+		return RDMAP_ERR_PROT_STAG_NOT_ASSOC;
+	case RDMAP_MR_RIGHTS:
+		return RDMAP_ERR_PROT_ACCESS;
+	case RDMAP_MR_WRAP:
+		return RDMAP_ERR_PROT_TO_WRAP;
+	default:
+		return RDMAP_ERR_PROT_BASE_BOUNDS;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Per opcode: start (header checked), destination, end of the FPDU   */
+/* ------------------------------------------------------------------ */
+
+/* Tagged placement (RFC 5041 5.2) into an MR that grants acc. */
+static enum rx_state rx_tagged(struct rdmap_qp *qp, uint32_t plen,
+			       uint32_t acc)
+{
+	const struct ddp_hdr *d = &qp->h.ddp;
+	struct ddp_tagged_buf b = { 0 };
+	struct rdmap_mr *mr = NULL;
+	enum ddp_error de;
+
+	qp->tptr = NULL;
+	if (plen == 0)
+		return RX_PAYLOAD;     /* RFC 5041 5.2: not checked at all */
+	mr = rdmap_stag_get(qp->cfg.stags, d->t.stag);
+	if (mr) {
+		b.valid = atomic_load(&mr->valid);
+		b.same_stream = mr->pd == qp->cfg.pd;
+		b.base_to = mr->iova;
+		b.len = mr->length;
+	}
+	if (ddp_check_tagged(d, plen, &b, &de)) {
+		rdmap_mr_put(mr);
+		return rx_fault(qp, rdmap_fault_ddp(de));
+	}
+	if ((mr->access & acc) != acc) {
+		rdmap_mr_put(mr);
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS));
+	}
+	qp->tmr = mr;
+	qp->tptr = rdmap_mr_ptr(mr, d->t.to);
+	return RX_PAYLOAD;
+}
+
+/* RDMA Write: into any MR of ours with remote write access. */
+static enum rx_state rx_write(struct rdmap_qp *qp, uint32_t plen)
+{
+	return rx_tagged(qp, plen, RDMAP_ACC_REMOTE_WRITE);
+}
+
+/*
+ * RDMA Read Response: into the sink of our oldest outstanding Read, and
+ * only there. RFC 5040 sections 4.5 and 5.2 (paraphrased): the Data
+ * Source answers a Read Request with one RDMA Read Response message,
+ * placed with the Request's Data Sink STag at its Data Sink Tagged
+ * Offset, of the RDMA Read Message Size octets asked for. So each
+ * segment names that STag at sink TO + the octets already arrived, no
+ * segment goes past the size, and the segment with L set ends exactly
+ * at it. Checked before anything is placed: a segment that breaks a rule
+ * places nothing.
+ *
+ * RFC 5041 section 5.2: "Only the DDP Control and RsvdULP Fields MUST be
+ * valid for a zero-length Tagged DDP Segment. The STag and TO fields
+ * MUST NOT be checked for a zero-length Tagged DDP Message." Empty
+ * segments (the answer to a zero-length Read, e.g. the RFC 6581 RTR)
+ * therefore have only their length checked.
+ *
+ * The codes: no RFC 5040 section 7 code names "not the Read asked
+ * for", but the Read Request advertised exactly one tagged buffer,
+ * [sink TO, sink TO + size) under the sink STag, and the RFC 5041
+ * section 7 tagged buffer errors describe a segment that misses it: an
+ * STag that is not the advertised one is "Invalid STag" (DDP 1/0x00),
+ * a TO or length outside it, or an end short of it, is "Base or bounds
+ * violation" (DDP 1/0x01). Linux siw, the reference peer, uses the
+ * same two codes for the same checks.
+ */
+static enum rx_state rx_read_resp(struct rdmap_qp *qp, uint32_t plen)
+{
+	const struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+	const struct ddp_hdr *d = &qp->h.ddp;
+
+	/* A Read Response must answer our oldest Read (RFC 5040 5.3:
+	 * responses come back in request order). */
+	if (qp->ord_head == qp->ord_tail)
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
+	if (plen && d->t.stag != o->sink_stag)
+		return rx_fault(qp, rdmap_fault_ddp(DDP_ERR_T_INVALID_STAG));
+	/* o->got <= o->size holds: every accepted segment fitted. */
+	if ((plen && d->t.to != o->sink_to + o->got) ||
+	    plen > o->size - o->got ||
+	    (d->last && o->got + plen != o->size))
+		return rx_fault(qp, rdmap_fault_ddp(DDP_ERR_T_BASE_BOUNDS));
+	return rx_tagged(qp, plen, RDMAP_ACC_LOCAL_WRITE);
+}
+
+/* The iovecs of tagged payload [poff, poff + len): one, in the MR. */
+static int dest_tagged(struct rdmap_qp *qp, uint32_t poff, size_t len,
+		       struct iovec *out)
+{
+	out[0].iov_base = qp->tptr + poff;
+	out[0].iov_len = len;
+	return 1;
+}
+
+static void end_write(struct rdmap_qp *qp, uint32_t plen)
+{
+	(void)plen;
+	rdmap_mr_put(qp->tmr);
+	qp->tmr = NULL;
+}
+
+static void end_read_resp(struct rdmap_qp *qp, uint32_t plen)
+{
+	struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+
+	rdmap_mr_put(qp->tmr);
+	qp->tmr = NULL;
+	o->got += plen;
+	if (!qp->h.ddp.last)
+		return;
+	if (o->wr_idx >= 0) {
+		struct sq_meta *m = &qp->meta[(uint32_t)o->wr_idx &
+					      (qp->sq.size - 1)];
+		if (--m->reads_out == 0 &&
+		    !(qp->cur.active && qp->cur.idx == (uint32_t)o->wr_idx))
+			m->done = true;
+	}
+	qp->ord_head++;
+	qp_sq_advance(qp);
+}
+
+/* Untagged Send into the posted receive buffer (RFC 5041 5.3). */
+static enum rx_state rx_send(struct rdmap_qp *qp, uint32_t plen)
+{
+	struct ddp_untagged_ctx ctx = {
+		.nqueues = RDMAP_QN__COUNT,
+		.expected_msn = qp->rx_msn[RDMAP_QN_SEND],
+		.msn_window = 1,
+	};
+	enum rdmap_wc_status st = RDMAP_WC_SUCCESS;
+	enum ddp_error de;
+
+	if (!qp->have_recv && qp->h.ddp.u.msn == ctx.expected_msn)
+		qp_take_recv(qp, &st);
+	if (st != RDMAP_WC_SUCCESS) {
+		qp_complete_recv(qp, st, 0, false, false, 0);
+		return rx_fault(qp,
+			rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC));
+	}
+	ctx.buffer_posted = qp->have_recv;
+	ctx.buffer_len = qp->have_recv ? qp->recv.length : 0;
+	if (ddp_check_untagged(&qp->h.ddp, plen, &ctx, &de)) {
+		/* The message does not fit the receive it was being placed
+		 * into: that receive reports it as verbs do (a responder's
+		 * local length error), the rest are flushed. */
+		if (qp->have_recv && (de == DDP_ERR_U_TOO_LONG ||
+				      de == DDP_ERR_U_INVALID_MO))
+			qp_complete_recv(qp, RDMAP_WC_LOC_LEN_ERR, 0, false,
+					 false, 0);
+		return rx_fault(qp, rdmap_fault_ddp(de));
+	}
+	return RX_PAYLOAD;
+}
+
+/* The iovecs of untagged payload [poff, poff + len): the posted receive
+ * buffer at message offset MO + poff. */
+static int dest_untagged(struct rdmap_qp *qp, uint32_t poff, size_t len,
+			 struct iovec *out)
+{
+	return qp_slice(qp->rsge, qp->nrsge, qp->h.ddp.u.mo + (uint64_t)poff,
+			len, out);
+}
+
+static void end_send(struct rdmap_qp *qp, uint32_t plen)
+{
+	const struct rdmap_op_info *info = rdmap_op(qp->h.opcode);
+	const struct ddp_hdr *d = &qp->h.ddp;
+
+	qp->recv_bytes += plen;
+	if (!d->last)
+		return;
+	qp->rx_msn[RDMAP_QN_SEND]++;
+	if (info->inval_stag) {
+		/* RFC 5040 5.4: invalidate once the message is placed; an
+		 * STag that cannot be invalidated is a remote protection
+		 * error. */
+		if (!rdmap_stag_remote_invalidate(qp->cfg.stags,
+						  qp->h.inval_stag,
+						  qp->cfg.pd)) {
+			qp_complete_recv(qp, RDMAP_WC_REM_INV_REQ_ERR, 0,
+					 false, false, 0);
+			rx_fault(qp, rdmap_fault_rdmap(
+				RDMAP_ERR_PROT_CANT_INVALIDATE));
+			return;
+		}
+	}
+	qp_complete_recv(qp, RDMAP_WC_SUCCESS, (uint32_t)(d->u.mo + plen),
+			 info->solicited, info->inval_stag, qp->h.inval_stag);
+}
+
+/* RFC 5040 4.4 / 5.3: a Read Request, answered by the engine alone. */
+static enum rx_state rx_read_req(struct rdmap_qp *qp, uint32_t plen)
+{
+	const struct rdmap_read_req *rr = &qp->h.rreq;
+	struct ddp_untagged_ctx ctx = {
+		.nqueues = RDMAP_QN__COUNT,
+		.expected_msn = qp->rx_msn[RDMAP_QN_READ_REQ],
+		.msn_window = 1,
+		.buffer_posted = qp->ird_tail - qp->ird_head < qp->ird_size,
+		.buffer_len = RDMAP_READ_REQ_LEN,
+	};
+	struct ird_entry *e;
+	struct rdmap_mr *mr = NULL;
+	enum ddp_error de;
+
+	/* The IRD queue is the Read Request queue's buffer pool: a request
+	 * beyond IRD finds no buffer (RFC 5041 7.2 code 2). */
+	if (ddp_check_untagged(&qp->h.ddp, plen, &ctx, &de))
+		return rx_fault(qp, rdmap_fault_ddp(de));
+	if (plen)
+		return rx_fault(qp,
+				rdmap_fault_rdmap(RDMAP_ERR_OP_UNSPECIFIED));
+	if (rr->size) {
+		enum rdmap_mr_check c;
+
+		mr = rdmap_stag_get(qp->cfg.stags, rr->src_stag);
+		c = mr ? rdmap_mr_check(mr, qp->cfg.pd, RDMAP_ACC_REMOTE_READ,
+					rr->src_to, rr->size)
+		       : RDMAP_MR_INVALID;
+		if (c != RDMAP_MR_OK) {
+			rdmap_mr_put(mr);
+			return rx_fault(qp, rdmap_fault_rdmap(prot_error(c)));
+		}
+	}
+	e = &qp->ird[qp->ird_tail % qp->ird_size];
+	*e = (struct ird_entry){ .rr = *rr, .src = mr };
+	qp->ird_tail++;
+	return RX_PAYLOAD;
+}
+
+static void end_read_req(struct rdmap_qp *qp, uint32_t plen)
+{
+	(void)plen;
+	qp->rx_msn[RDMAP_QN_READ_REQ]++;
+}
+
+/* A Terminate: its message body is collected in term_buf. */
+static enum rx_state rx_term(struct rdmap_qp *qp, uint32_t plen)
+{
+	(void)plen;
+	qp->term_have = 0;
+	return RX_PAYLOAD;
+}
+
+/* Keep what fits of the Terminate body; the rest is not needed. */
+static void place_term(struct rdmap_qp *qp, uint32_t poff,
+		       const uint8_t *data, size_t len)
+{
+	if (poff >= sizeof(qp->term_buf))
+		return;
+	if (len > sizeof(qp->term_buf) - poff)
+		len = sizeof(qp->term_buf) - poff;
+	memcpy(qp->term_buf + poff, data, len);
+	qp->term_have = poff + (uint32_t)len;
+}
+
+static void end_term(struct rdmap_qp *qp, uint32_t plen)
+{
+	struct rdmap_terminate t;
+	uint16_t term = 0;
+
+	(void)plen;
+	qp->rx_msn[RDMAP_QN_TERMINATE]++;
+	if (rdmap_term_parse(qp->term_buf, qp->term_have, &t) >= 0)
+		term = t.term;
+	qp_peer_terminated(qp, term);
+}
+
+/*
+ * What each opcode does on receive (RFC 5040 section 4), one row per
+ * value of the 4-bit opcode field; the header lengths come from the wire
+ * table, rdmap_op(). An empty row (reserved opcodes, RFC 7306's until
+ * they are implemented) is an unexpected opcode.
+ *   start  the header passed rdmap_hdr_parse(): check it against the
+ *          QP's state, find the payload's destination. Returns
+ *          RX_PAYLOAD, or RX_DISCARD after a fault.
+ *   dest   the payload goes to application memory: the iovecs for
+ *          payload [poff, poff + len), at most RDMAP_MAX_SGE. Such
+ *          payload may be received straight into place.
+ *   place  the payload is kept by the QP itself (Terminate body).
+ *   end    the FPDU ended with good framing and CRC; plen payload
+ *          octets. May fault.
+ * Neither dest nor place: the opcode carries no payload (start checked).
+ */
+struct rx_op {
+	enum rx_state (*start)(struct rdmap_qp *qp, uint32_t plen);
+	int (*dest)(struct rdmap_qp *qp, uint32_t poff, size_t len,
+		    struct iovec *out);
+	void (*place)(struct rdmap_qp *qp, uint32_t poff, const uint8_t *data,
+		      size_t len);
+	void (*end)(struct rdmap_qp *qp, uint32_t plen);
+};
+
+#define RX_SEND_ROW { .start = rx_send, .dest = dest_untagged, .end = end_send }
+
+static const struct rx_op rx_ops[RDMAP_OP__COUNT] = {
+	[RDMAP_OP_WRITE] = {
+		.start = rx_write, .dest = dest_tagged, .end = end_write,
+	},
+	[RDMAP_OP_READ_REQ] = { .start = rx_read_req, .end = end_read_req },
+	[RDMAP_OP_READ_RESP] = {
+		.start = rx_read_resp, .dest = dest_tagged,
+		.end = end_read_resp,
+	},
+	[RDMAP_OP_SEND] = RX_SEND_ROW,
+	[RDMAP_OP_SEND_INV] = RX_SEND_ROW,
+	[RDMAP_OP_SEND_SE] = RX_SEND_ROW,
+	[RDMAP_OP_SEND_SE_INV] = RX_SEND_ROW,
+	[RDMAP_OP_TERMINATE] = {
+		.start = rx_term, .place = place_term, .end = end_term,
+	},
+};
+
+_Static_assert(sizeof(rx_ops) / sizeof(rx_ops[0]) == RDMAP_CTRL_OP_MASK + 1,
+	       "RFC 5040 4.1: one row per value of the 4-bit opcode field");
+
+/* ------------------------------------------------------------------ */
+/* The receive machine                                                */
+/* ------------------------------------------------------------------ */
+
+/* ULPDU octets handed up by the MPA decoder: off is their offset in the
+ * ULPDU. placed: they were received straight into their destination
+ * (rdmap_qp_rx_want() chose it), so they need no copy. */
+struct rx_in {
+	uint32_t off;
+	const uint8_t *data;
+	size_t len;
+	bool placed;
+};
+
+static void rx_consume(struct rx_in *in, size_t n)
+{
+	in->off += (uint32_t)n;
+	in->data += n;
+	in->len -= n;
+}
+
+/*
+ * Octets of DDP + RDMAP header the ULPDU whose first have octets are in
+ * hdr needs: the DDP header by its T bit, plus the opcode's own header
+ * (rdmap_op()->hdr_len, the Read Request's 28 octets) when the opcode
+ * belongs to that buffer model. Anything else (reserved opcode, T bit
+ * not the opcode's) needs only the DDP header, which is enough for
+ * rdmap_hdr_parse() to name the fault.
+ */
+static uint32_t rx_hdr_need(const uint8_t *hdr, uint32_t have)
+{
+	const struct rdmap_op_info *info;
+	bool tagged;
+
+	if (have < 2)
+		return 2;
+	tagged = hdr[0] & DDP_CTRL_T;
+	info = rdmap_op(hdr[1] & RDMAP_CTRL_OP_MASK);
+	return (uint32_t)ddp_hdr_len(tagged) +
+	       (info->name && info->tagged == tagged ? info->hdr_len : 0);
+}
+
+/* The header is complete: check it and hand it to its opcode's row. */
+static enum rx_state rx_header(struct rdmap_qp *qp)
+{
+	struct rdmap_fault f;
+	int hl = rdmap_hdr_parse(qp->hdr, qp->hdr_have, &qp->h, &f);
+	const struct rx_op *op;
+
+	if (hl < 0)
+		return rx_fault(qp, f);
+	op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+	if (!op->start)
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_OP_OPCODE));
+	return op->start(qp, qp->ulpdu_len - (uint32_t)hl);
+}
+
+/* RX_HDR: collect header octets; check the header as soon as it is
+ * complete. Returns RX_HDR when the input runs out first: needing more
+ * octets is the normal case for a header cut by recv(). */
+static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
+{
+	for (;;) {
+		uint32_t need = rx_hdr_need(qp->hdr, qp->hdr_have);
+		size_t take;
+
+		if (qp->hdr_have >= 2 && qp->hdr_have == need)
+			return rx_header(qp);
+		if (!in->len)
+			return RX_HDR;
+		if (need > qp->ulpdu_len) {
+			/* The ULPDU ends before its own header does: name
+			 * what the partial header says, else too short.
+			 * (Had the ULPDU ended with the octets already
+			 * taken, the FPDU's end says too short, once MPA
+			 * has checked its CRC.) */
+			struct rdmap_fault f =
+				rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT);
+
+			rdmap_hdr_parse(qp->hdr, qp->hdr_have, &qp->h, &f);
+			return rx_fault(qp, f);
+		}
+		take = need - qp->hdr_have;
+		if (take > in->len)
+			take = in->len;
+		memcpy(qp->hdr + qp->hdr_have, in->data, take);
+		qp->hdr_have += (uint32_t)take;
+		rx_consume(in, take);
+	}
+}
+
+/* RX_PAYLOAD: payload octets to the opcode's destination. */
+static enum rx_state rx_st_payload(struct rdmap_qp *qp, struct rx_in *in)
+{
+	const struct rx_op *op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+	uint32_t poff = in->off - qp->hdr_have;
+	const uint8_t *data = in->data;
+	struct iovec dst[RDMAP_MAX_SGE];
+
+	if (op->dest && !in->placed) {
+		int n = op->dest(qp, poff, in->len, dst);
+
+		for (int i = 0; i < n; i++) {
+			memcpy(dst[i].iov_base, data, dst[i].iov_len);
+			data += dst[i].iov_len;
+		}
+	} else if (op->place) {
+		op->place(qp, poff, in->data, in->len);
+	}
+	rx_consume(in, in->len);
+	return RX_PAYLOAD;
+}
+
+/* ULPDU octets from the MPA decoder: run the state machine over them.
+ * Each state's handler consumes what it can and returns the next state;
+ * running out of input in any state just waits for more. */
+static void rx_data(struct rdmap_qp *qp, struct rx_in *in)
+{
+	while (in->len) {
+		switch (qp->rx_state) {
+		case RX_HDR:
+			qp->rx_state = rx_st_hdr(qp, in);
+			break;
+		case RX_PAYLOAD:
+			qp->rx_state = rx_st_payload(qp, in);
+			break;
+		case RX_DISCARD:
+			return;
+		default:
+			rx_fault(qp, rdmap_fault_rdmap(
+				RDMAP_ERR_LOCAL_CATASTROPHIC));
+			return;
+		}
+	}
+}
+
+/* The current FPDU ended: MPA checked its length, pad and CRC. */
+static void rx_fpdu_end(struct rdmap_qp *qp)
+{
+	qp->last_big = qp->ulpdu_len >= 2048;
+	if (!qp->rx_any) {
+		qp->rx_any = true;
+		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
+	}
+	switch (qp->rx_state) {
+	case RX_HDR:
+		rx_fault(qp, rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT));
+		break;
+	case RX_PAYLOAD:
+		rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK].end(
+			qp, qp->ulpdu_len - qp->hdr_have);
+		break;
+	case RX_DISCARD:
+		break;
+	default:
+		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC));
+		break;
+	}
+	qp->hdr_have = 0;
+	qp->rx_state = rdmap_qp_state(qp) == RDMAP_QP_RTS ? RX_HDR
+							   : RX_DISCARD;
+}
+
+/* Run the MPA decoder over in[0..len): octets in the staging buffer, or
+ * (placed) payload octets received at their destination. */
+static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
+		    bool placed)
+{
+	while (len) {
+		struct mpa_rx_event ev;
+		long used;
+
+		if (qp->rx_state == RX_DISCARD &&
+		    rdmap_qp_state(qp) != RDMAP_QP_RTS)
+			return;
+		used = mpa_rx_feed(&qp->mrx, in, len, &ev);
+		if (used < 0) {
+			enum mpa_error e = mpa_rx_error(&qp->mrx);
+
+			qp_fault(qp, rdmap_fault_llp(e, mpa_error_term(e)),
+				 NULL, 0, 0);
+			qp->rx_state = RX_DISCARD;
+			return;
+		}
+		in += used;
+		len -= (size_t)used;
+		if (ev.type == MPA_RX_EV_DATA) {
+			struct rx_in d = {
+				.off = ev.ulpdu_off, .data = ev.data,
+				.len = ev.len, .placed = placed,
+			};
+
+			qp->ulpdu_len = ev.ulpdu_len;
+			rx_data(qp, &d);
+		} else if (ev.type == MPA_RX_EV_FPDU) {
+			qp->ulpdu_len = ev.ulpdu_len;
+			rx_fpdu_end(qp);
+		}
+	}
+}
+
+int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	const struct rx_op *op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+	size_t contig;
+
+	qp->rx_direct = false;
+	if (rdmap_qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
+		iov[0].iov_base = qp->discard;
+		iov[0].iov_len = sizeof(qp->discard);
+		return 1;
+	}
+	contig = mpa_rx_contig(&qp->mrx);
+	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD &&
+	    op->dest && contig >= DIRECT_MIN) {
+		uint32_t poff = (uint32_t)mpa_rx_ulpdu_done(&qp->mrx) -
+				qp->hdr_have;
+
+		qp->ndir = op->dest(qp, poff, contig, qp->dir);
+		if (qp->ndir > cap)
+			qp->ndir = cap;
+		memcpy(iov, qp->dir, (size_t)qp->ndir * sizeof(*iov));
+		qp->rx_direct = true;
+		return qp->ndir;
+	}
+	if (qp->st_head == qp->st_tail)
+		qp->st_head = qp->st_tail = 0;
+	iov[0].iov_base = qp->stage + qp->st_tail;
+	iov[0].iov_len = STAGE_SIZE - qp->st_tail;
+	if (qp->last_big && qp->st_head == qp->st_tail &&
+	    iov[0].iov_len > SMALL_READ)
+		iov[0].iov_len = SMALL_READ;
+	return 1;
+}
+
+/* Close now if the QP failed and has no Terminate left to send; say
+ * whether there is something to send. */
+static int rx_close(const struct rdmap_qp *qp)
+{
+	int ret = rdmap_qp_tx_pending(qp) ? RDMAP_RX_SEND : 0;
+
+	if (rdmap_qp_state(qp) == RDMAP_QP_ERROR && !qp->term_pending &&
+	    qp->b_sent == qp->b_total)
+		ret |= RDMAP_RX_CLOSE;
+	return ret;
+}
+
+int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
+{
+	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
+		return rx_close(qp);
+	if (qp->rx_direct) {
+		for (int i = 0; i < qp->ndir && n; i++) {
+			size_t len = qp->dir[i].iov_len < n ? qp->dir[i].iov_len
+							    : n;
+
+			rx_feed(qp, qp->dir[i].iov_base, len, true);
+			n -= len;
+		}
+		qp->rx_direct = false;
+	} else {
+		qp->st_tail += n;
+		rx_feed(qp, qp->stage + qp->st_head, qp->st_tail - qp->st_head,
+			false);
+		qp->st_head = qp->st_tail;
+	}
+	return rx_close(qp);
+}

@@ -1,0 +1,500 @@
+// SPDX-License-Identifier: MIT
+/*
+ * rdmap_qp_tx.c - the transmit side of the RDMAP queue pair.
+ *
+ * Work requests become DDP segments no larger than MULPDU, each framed by
+ * mpa_fpdu_frame() into an iovec list that points at the caller's
+ * buffers. Up to TX_BATCH FPDUs go to the kernel in one gathered send; a
+ * WR completes once its last octet has been handed over (Reads: once the
+ * last Read Response arrived), in SQ order (RFC 5040 5.5). Read
+ * Responses, the RFC 6581 RTR and its nudges, and Terminates go out here
+ * too.
+ */
+#include "rdmap_qp_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Transmit                                                           */
+/* ------------------------------------------------------------------ */
+
+bool rdmap_qp_tx_pending(const struct rdmap_qp *qp)
+{
+	if (qp->b_sent < qp->b_total || qp->term_pending)
+		return true;
+	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
+		return false;
+	if (qp->rtr_pending || qp->nudge_pending)
+		return true;
+	if (qp->tx_hold)
+		return false;
+	return qp->ird_head != qp->ird_tail || qp->cur.active ||
+	       qp->sq_txpos != atomic_load_explicit(&qp->sq.tail,
+						     memory_order_acquire);
+}
+
+/* Room for one more FPDU with up to npay payload iovecs? */
+static bool batch_room(const struct rdmap_qp *qp, int npay)
+{
+	return qp->nfp < TX_BATCH && qp->b_total < TX_BATCH_BYTES &&
+	       qp->niov + npay + 3 + 2 * 2 <= TX_IOV_MAX;
+}
+
+/* Frame one ULPDU: header h (with payload pay[0..npay)) into the batch. */
+static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
+		     const struct iovec *pay, int npay, int64_t wr_idx,
+		     struct rdmap_mr *put, bool close)
+{
+	struct tx_fpdu *f = &qp->fp[qp->nfp];
+	struct iovec ul[RDMAP_MAX_SGE + 2];
+	int hl, n, i;
+	size_t bytes = 0;
+
+	hl = rdmap_hdr_build(h, f->hdr, sizeof(f->hdr));
+	if (hl < 0)
+		return hl;
+	ul[0].iov_base = f->hdr;
+	ul[0].iov_len = (size_t)hl;
+	for (i = 0; i < npay; i++)
+		ul[i + 1] = pay[i];
+	n = mpa_fpdu_frame(&qp->mtx, ul, npay + 1, &f->scr,
+			   qp->iov + qp->niov, TX_IOV_MAX - qp->niov);
+	if (n < 0)
+		return n;
+	for (i = 0; i < n; i++)
+		bytes += qp->iov[qp->niov + i].iov_len;
+	qp->niov += n;
+	qp->b_total += bytes;
+	f->end = qp->b_total;
+	f->wr_idx = wr_idx;
+	f->put = put;
+	f->close = close;
+	qp->nfp++;
+	return 0;
+}
+
+/* Terminate: DDP untagged, QN 2, L set (RFC 5040 section 4.8). */
+static int tx_terminate(struct rdmap_qp *qp)
+{
+	uint8_t body[RDMAP_TERM_MAX_LEN];
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_TERMINATE };
+	struct tx_fpdu *f = &qp->fp[qp->nfp];
+	struct iovec pay;
+	int len, ret;
+
+	if (!batch_room(qp, 1))
+		return 0;
+	len = rdmap_term_build(&qp->term, body, sizeof(body));
+	if (len < 0)
+		return len;
+	h.ddp.last = true;
+	h.ddp.u.msn = qp->tx_msn[RDMAP_QN_TERMINATE]++;
+	memcpy(f->body, body, (size_t)len);
+	pay.iov_base = f->body;
+	pay.iov_len = (size_t)len;
+	ret = batch_add(qp, &h, &pay, 1, -1, NULL, true);
+	if (ret)
+		return ret;
+	qp->term_pending = false;
+	qp->term_sent = true;
+	return 1;
+}
+
+/* A zero-length RDMA Write: the WRITE RTR, and the nudge after an RTR. */
+static int tx_zero_write(struct rdmap_qp *qp)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+
+	h.ddp.last = true;
+	h.ddp.tagged = true;
+	h.ddp.t.stag = RTR_STAG;
+	return batch_add(qp, &h, NULL, 0, -1, NULL, false);
+}
+
+/* The RFC 6581 RTR: a zero-length WRITE or READ as the first FPDU. */
+static int tx_rtr(struct rdmap_qp *qp)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_REQ };
+	struct ord_entry *o;
+
+	qp->rtr_pending = false;
+	if (qp->s.rtr == RDMAP_RTR_SEND_WRITE)
+		return tx_zero_write(qp);
+	o = &qp->ord[qp->ord_tail % qp->ord_size];
+	h.ddp.last = true;
+	h.ddp.u.msn = qp->tx_msn[RDMAP_QN_READ_REQ]++;
+	h.rreq.sink_stag = RTR_STAG;
+	h.rreq.src_stag = RTR_STAG;
+	*o = (struct ord_entry){ .wr_idx = -1, .sink_stag = RTR_STAG };
+	qp->ord_tail++;
+	return batch_add(qp, &h, NULL, 0, -1, NULL, false);
+}
+
+int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send)
+{
+	bool initiator = qp->s.rtr == RDMAP_RTR_SEND_WRITE ||
+			 qp->s.rtr == RDMAP_RTR_SEND_READ;
+
+	*send = false;
+	/* nothing to wait for, the answer came, or given up */
+	if (!initiator || qp->rx_any || qp->nudges >= RDMAP_NUDGE_MAX ||
+	    rdmap_qp_state(qp) != RDMAP_QP_RTS)
+		return -1;
+	if (!qp->nudge_at) {
+		qp->nudge_at = now_ms + RDMAP_NUDGE_FIRST_MS;
+		return qp->nudge_at;
+	}
+	if (now_ms < qp->nudge_at)
+		return qp->nudge_at;
+	if (!qp->rtr_pending && !qp->nudge_pending) {
+		qp->nudge_pending = true;
+		qp->nudges++;
+		*send = true;
+	}
+	qp->nudge_at = now_ms + ((int64_t)RDMAP_NUDGE_FIRST_MS << qp->nudges);
+	return qp->nudge_at;
+}
+
+/* Next segment of the oldest Read Response. Returns 1 if one was added,
+ * 0 if no room or nothing to do. */
+static int tx_read_resp(struct rdmap_qp *qp)
+{
+	struct ird_entry *e = &qp->ird[qp->ird_head % qp->ird_size];
+	uint32_t max = qp->s.mulpdu - DDP_TAGGED_HDR_LEN;
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_RESP };
+	struct iovec pay;
+	uint64_t left = e->rr.size - e->sent;
+	uint32_t len = left > max ? max : (uint32_t)left;
+	bool last = len == left;
+	int ret;
+
+	if (!batch_room(qp, 1))
+		return 0;
+	h.ddp.tagged = true;
+	h.ddp.last = last;
+	h.ddp.t.stag = e->rr.sink_stag;
+	h.ddp.t.to = e->rr.sink_to + e->sent;
+	pay.iov_base = e->src ? rdmap_mr_ptr(e->src, e->rr.src_to + e->sent)
+			      : NULL;
+	pay.iov_len = len;
+	ret = batch_add(qp, &h, &pay, len ? 1 : 0, -1,
+			last ? e->src : NULL, false);
+	if (ret)
+		return ret;
+	e->sent += len;
+	if (last)
+		qp->ird_head++;
+	return 1;
+}
+
+/* Check and translate the local SGEs of the WR about to start. Returns
+ * 0, or a completion status for a bad one. */
+static int tx_prepare(struct rdmap_qp *qp, const struct rdmap_send_wr *wr)
+{
+	struct tx_cur *c = &qp->cur;
+	uint32_t acc = wr->opcode == RDMAP_WR_READ ? RDMAP_ACC_LOCAL_WRITE : 0;
+
+	c->nsrc = 0;
+	if (wr->flags & RDMAP_WR_INLINE) {
+		c->src[0].iov_base = (void *)wr->inline_data;
+		c->src[0].iov_len = wr->length;
+		c->mr[0] = NULL;
+		c->nsrc = wr->length ? 1 : 0;
+		return 0;
+	}
+	for (int i = 0; i < wr->num_sge; i++) {
+		const struct rdmap_sge *s = &wr->sge[i];
+		struct rdmap_mr *mr;
+
+		if (s->length == 0)
+			continue;
+		mr = rdmap_stag_get(qp->cfg.stags, s->lkey);
+		if (!mr || rdmap_mr_check(mr, qp->cfg.pd, acc, s->addr,
+					  s->length) != RDMAP_MR_OK) {
+			rdmap_mr_put(mr);
+			qp_put_refs(c->mr, c->nsrc);
+			return RDMAP_WC_LOC_PROT_ERR;
+		}
+		c->mr[c->nsrc] = mr;
+		c->src[c->nsrc].iov_base = rdmap_mr_ptr(mr, s->addr);
+		c->src[c->nsrc].iov_len = s->length;
+		c->nsrc++;
+	}
+	return 0;
+}
+
+/* Mark SQ index idx as handed over in full. */
+static void wr_sent(struct rdmap_qp *qp, uint32_t idx)
+{
+	struct sq_meta *m = &qp->meta[idx & (qp->sq.size - 1)];
+	const struct rdmap_send_wr *wr = rdmap_ring_slot(&qp->sq, idx);
+
+	if (wr->opcode != RDMAP_WR_READ)
+		m->done = true;
+}
+
+/* Start the next WR of the SQ if it may start. Returns 1 if one is
+ * active, 0 if the SQ is empty or must wait. */
+static int tx_start(struct rdmap_qp *qp)
+{
+	struct tx_cur *c = &qp->cur;
+	uint32_t tail = atomic_load_explicit(&qp->sq.tail,
+					     memory_order_acquire);
+	const struct rdmap_send_wr *wr;
+	struct sq_meta *m;
+	struct ddp_hdr t = { 0 };
+	int st;
+
+	if (qp->sq_txpos == tail)
+		return 0;
+	wr = rdmap_ring_slot(&qp->sq, qp->sq_txpos);
+	m = &qp->meta[qp->sq_txpos & (qp->sq.size - 1)];
+	/* IBV_SEND_FENCE: wait for every earlier Read to complete. */
+	if ((wr->flags & RDMAP_WR_FENCE) && qp->ord_head != qp->ord_tail)
+		return 0;
+	*m = (struct sq_meta){ 0 };
+	st = tx_prepare(qp, wr);
+	if (st) {
+		/* A local protection error completes the WR in error and,
+		 * as for any error completion, moves the QP to ERROR. */
+		m->done = true;
+		m->status = (uint8_t)st;
+		qp->sq_txpos++;
+		qp_sq_advance(qp);
+		qp_enter_error(qp, rdmap_error_term(RDMAP_ERR_LOCAL_CATASTROPHIC),
+			    RDMAP_WC_WR_FLUSH_ERR);
+		return 0;
+	}
+	c->active = true;
+	c->idx = qp->sq_txpos++;
+	c->wr = wr;
+	c->next_read = 0;
+	c->read_off = 0;
+	if (wr->opcode == RDMAP_WR_READ)
+		return 1;
+	t.tagged = wr->opcode == RDMAP_WR_WRITE;
+	if (t.tagged) {
+		t.t.stag = wr->rkey;
+		t.t.to = wr->remote_addr;
+	} else {
+		t.u.qn = RDMAP_QN_SEND;
+		t.u.msn = qp->tx_msn[RDMAP_QN_SEND]++;
+	}
+	if (ddp_seg_init(&c->it, &t, wr->length, qp->s.mulpdu)) {
+		qp_put_refs(c->mr, c->nsrc);
+		c->active = false;
+		m->done = true;
+		m->status = RDMAP_WC_LOC_LEN_ERR;
+		qp_sq_advance(qp);
+		qp_enter_error(qp, rdmap_error_term(RDMAP_ERR_LOCAL_CATASTROPHIC),
+			    RDMAP_WC_WR_FLUSH_ERR);
+		return 0;
+	}
+	return 1;
+}
+
+static uint8_t send_opcode(const struct rdmap_send_wr *wr)
+{
+	bool se = wr->flags & RDMAP_WR_SOLICITED;
+
+	if (wr->opcode == RDMAP_WR_SEND_INV)
+		return se ? RDMAP_OP_SEND_SE_INV : RDMAP_OP_SEND_INV;
+	return se ? RDMAP_OP_SEND_SE : RDMAP_OP_SEND;
+}
+
+/* Add segments of the active WR. Returns 1 while progress is made, 0
+ * when blocked (no room, no ORD credit), <0 on error. */
+static int tx_segment(struct rdmap_qp *qp)
+{
+	struct tx_cur *c = &qp->cur;
+	const struct rdmap_send_wr *wr = c->wr;
+	struct rdmap_hdr h = { 0 };
+	struct iovec pay[RDMAP_MAX_SGE];
+	uint64_t off;
+	uint32_t len;
+	int npay, ret;
+
+	if (wr->opcode == RDMAP_WR_READ) {
+		/* One Read Request per sink SGE (RFC 5040 4.4 names one
+		 * sink STag per request). ORD bounds them: an extra Read
+		 * waits here for a response, it does not fail. */
+		const struct rdmap_sge *s = &wr->sge[c->next_read];
+		struct ord_entry *o;
+		bool last = c->next_read + 1 >= wr->num_sge;
+
+		if (qp->ord_tail - qp->ord_head >= qp->ord_limit ||
+		    !batch_room(qp, 0))
+			return 0;
+		h.opcode = RDMAP_OP_READ_REQ;
+		h.ddp.last = true;
+		h.ddp.u.msn = qp->tx_msn[RDMAP_QN_READ_REQ]++;
+		h.rreq.sink_stag = s->lkey;
+		h.rreq.sink_to = s->addr;
+		h.rreq.size = s->length;
+		h.rreq.src_stag = wr->rkey;
+		h.rreq.src_to = wr->remote_addr + c->read_off;
+		ret = batch_add(qp, &h, NULL, 0, -1, NULL, false);
+		if (ret)
+			return ret;
+		o = &qp->ord[qp->ord_tail % qp->ord_size];
+		*o = (struct ord_entry){
+			.wr_idx = c->idx, .sink_stag = s->lkey,
+			.sink_to = s->addr, .size = s->length,
+		};
+		qp->ord_tail++;
+		qp->meta[c->idx & (qp->sq.size - 1)].reads_out++;
+		c->read_off += s->length;
+		c->next_read++;
+		if (last || wr->num_sge == 0) {
+			qp_put_refs(c->mr, c->nsrc);
+			c->active = false;
+		}
+		return 1;
+	}
+
+	if (!batch_room(qp, RDMAP_MAX_SGE))
+		return 0;
+	if (ddp_seg_next(&c->it, &h.ddp, &off, &len) <= 0)
+		return -EINVAL;
+	npay = qp_slice(c->src, c->nsrc, off, len, pay);
+	if (wr->opcode == RDMAP_WR_WRITE) {
+		h.opcode = RDMAP_OP_WRITE;
+	} else {
+		h.opcode = send_opcode(wr);
+		h.inval_stag = wr->inv_stag;
+	}
+	ret = batch_add(qp, &h, pay, npay, h.ddp.last ? (int64_t)c->idx : -1,
+			NULL, false);
+	if (ret)
+		return ret;
+	if (h.ddp.last) {
+		/* The references only guard the translation: the verbs
+		 * contract forbids deregistering memory that an outstanding
+		 * WR names. */
+		qp_put_refs(c->mr, c->nsrc);
+		c->active = false;
+	}
+	return 1;
+}
+
+static int tx_view(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	int n = 0;
+
+	for (int i = qp->iov_cur; i < qp->niov && n < cap; i++, n++) {
+		iov[n] = qp->iov[i];
+		if (i == qp->iov_cur) {
+			iov[n].iov_base = (uint8_t *)iov[n].iov_base +
+					  qp->iov_off;
+			iov[n].iov_len -= qp->iov_off;
+		}
+	}
+	return n;
+}
+
+int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	int ret = 0;
+
+	if (qp->b_sent < qp->b_total)
+		return tx_view(qp, iov, cap);
+	qp->nfp = qp->fp_done = 0;
+	qp->niov = qp->iov_cur = 0;
+	qp->iov_off = qp->b_total = qp->b_sent = 0;
+
+	if (qp->term_pending) {
+		ret = tx_terminate(qp);
+		goto out;
+	}
+	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
+		goto out;
+	if (qp->rtr_pending) {
+		ret = tx_rtr(qp);
+		if (ret < 0)
+			goto out;
+	}
+	if (qp->nudge_pending) {
+		qp->nudge_pending = false;
+		ret = tx_zero_write(qp);
+		if (ret < 0)
+			goto out;
+	}
+	if (qp->tx_hold)
+		goto out;
+	for (;;) {
+		if (qp->ird_head != qp->ird_tail) {
+			/* Read Responses go first: the peer's Reads are
+			 * older than anything we start now. */
+			ret = tx_read_resp(qp);
+		} else if (qp->cur.active || tx_start(qp)) {
+			ret = tx_segment(qp);
+		} else {
+			ret = 0;
+		}
+		if (ret <= 0 || rdmap_qp_state(qp) != RDMAP_QP_RTS)
+			break;
+	}
+out:
+	if (ret < 0)
+		qp_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC),
+		      NULL, 0, 0);
+	if (qp->b_total == 0 && qp->term_pending)
+		tx_terminate(qp);
+	return qp->b_total ? tx_view(qp, iov, cap) : 0;
+}
+
+int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n)
+{
+	int close = 0;
+
+	qp->b_sent += n;
+	while (n && qp->iov_cur < qp->niov) {
+		size_t left = qp->iov[qp->iov_cur].iov_len - qp->iov_off;
+
+		if (n < left) {
+			qp->iov_off += n;
+			break;
+		}
+		n -= left;
+		qp->iov_cur++;
+		qp->iov_off = 0;
+	}
+	while (qp->fp_done < qp->nfp && qp->fp[qp->fp_done].end <= qp->b_sent) {
+		struct tx_fpdu *f = &qp->fp[qp->fp_done++];
+
+		rdmap_mr_put(f->put);
+		f->put = NULL;
+		if (f->wr_idx >= 0 && rdmap_qp_state(qp) != RDMAP_QP_ERROR)
+			wr_sent(qp, (uint32_t)f->wr_idx);
+		if (f->close)
+			close = 1;
+	}
+	if (rdmap_qp_state(qp) != RDMAP_QP_ERROR)
+		qp_sq_advance(qp);
+	return close;
+}
+
+int rdmap_startup_terminate(enum mpa_error err, bool crc, uint8_t *buf,
+			    size_t cap)
+{
+	struct rdmap_fault f = rdmap_fault_llp(err, mpa_error_term(err));
+	struct rdmap_hdr h = {
+		.ddp = { .last = true, .u = { .msn = 1 } },
+		.opcode = RDMAP_OP_TERMINATE,
+	};
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN];
+	struct rdmap_terminate t;
+	struct mpa_tx tx;
+	int hlen, blen;
+
+	rdmap_term_from_fault(&t, &f, NULL, 0, 0);
+	hlen = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	if (hlen < 0)
+		return hlen;
+	blen = rdmap_term_build(&t, ulpdu + hlen, sizeof(ulpdu) - (size_t)hlen);
+	if (blen < 0)
+		return blen;
+	mpa_tx_init(&tx, crc, false);
+	return mpa_fpdu_encode(&tx, ulpdu, (size_t)(hlen + blen), buf, cap);
+}
