@@ -104,15 +104,15 @@ rping_over() {
 	fi
 	for lib in libibverbs.so.1 librdmacm.so.1; do
 		if ! grep -qx "$libdir/${lib}[.0-9]*" <<<"$maps"; then
-			echo "$lib not mapped from $libdir; maps: $(echo $maps)"
+			echo "$lib not mapped from $libdir; maps: ${maps//$'\n'/ }"
 			return 1
 		fi
 	done
 	if grep -vq "^$libdir/" <<<"$maps"; then
-		echo "a library mapped from outside $libdir: $(echo $maps)"
+		echo "a library mapped from outside $libdir: ${maps//$'\n'/ }"
 		return 1
 	fi
-	echo "rping over $run: 10 pings verified; server mapped $(echo $maps)"
+	echo "rping over $run: 10 pings verified; server mapped ${maps//$'\n'/ }"
 }
 
 # --- prefix_files -------------------------------------------------------
@@ -171,6 +171,7 @@ case_wisp_run_prefix() {
 	# Through a symbolic link from elsewhere, it still finds its libraries.
 	mkdir -p "$scratch/elsewhere"
 	ln -s "$run" "$scratch/elsewhere/wisp-run"
+	# shellcheck disable=SC2016 # the inner shell expands it
 	out=$(cd / && "$scratch/elsewhere/wisp-run" sh -c 'echo "$LD_LIBRARY_PATH"')
 	if [ "$out" != "$(readlink -f "$wisplibdir")" ]; then
 		fail wisp_run_prefix "through a link LD_LIBRARY_PATH is '$out', not $wisplibdir"
@@ -276,15 +277,15 @@ case_man_pages() {
 			{ fail man_pages "$name: man -l shows no NAME"; return; }
 	done
 	# Every setting that docs/configuration.md documents is in wisp(7).
-	for name in $(grep -oE '\bWISP_[A-Z0-9_]*[A-Z0-9]' "$top/docs/configuration.md" | sort -u); do
+	while read -r name; do
 		zcat "$prefix/share/man/man7/wisp.7.gz" | grep -q "$name" || missing+=("$name")
-	done
+	done < <(grep -oE '\bWISP_[A-Z0-9_]*[A-Z0-9]' "$top/docs/configuration.md" | sort -u)
 	if [ ${#missing[@]} -gt 0 ]; then
 		fail man_pages "wisp(7) does not document ${missing[*]}"
 		return
 	fi
 	pass man_pages
-	echo "  $(ls "$prefix"/share/man/man*/ | grep -c gz) pages, no groff warning"
+	echo "  $(find "$prefix/share/man" -type f | wc -l) pages, no groff warning"
 }
 
 # --- deb_build ----------------------------------------------------------
@@ -303,7 +304,7 @@ case_deb_build() {
 		fail deb_build "building the package failed: $(tail -5 "$out")"
 		return
 	fi
-	deb=$(ls "$debbuild"/package/wisp_*.deb 2>/dev/null | head -1)
+	deb=$(find "$debbuild/package" -maxdepth 1 -name 'wisp_*.deb' | head -1)
 	[ -n "$deb" ] || { fail deb_build "cpack made no wisp_*.deb"; return; }
 	if grep -q "CMake Warning" "$out"; then
 		fail deb_build "cpack warned: $(grep -A3 'CMake Warning' "$out")"
