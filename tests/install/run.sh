@@ -46,7 +46,7 @@ nskip=0
 unset WISP_LIB_DIR LD_LIBRARY_PATH LD_PRELOAD
 
 pass() { echo "[PASS] install::$1"; npass=$((npass + 1)); }
-fail() { echo "[FAIL] install::$1: $2"; nfail=$((nfail + 1)); }
+fail() { echo "[FAIL] install::$1"; echo "  $2"; nfail=$((nfail + 1)); }
 skip() { echo "[SKIP] install::$1: $2"; nskip=$((nskip + 1)); }
 
 need() { command -v "$1" >/dev/null 2>&1; }
