@@ -48,8 +48,15 @@ string(REPLACE "\nwisp_installed_libdir=\"\"\n"
 if(WISP_RUN_INSTALLED STREQUAL WISP_RUN_TEXT)
   message(FATAL_ERROR "scripts/wisp-run: no line wisp_installed_libdir=\"\" to set")
 endif()
-file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/install/wisp-run
-  CONTENT "${WISP_RUN_INSTALLED}" @ONLY)
+# Written verbatim (no @VAR@ substitution), and only when it changed so
+# that a re-configure does not make it look new to the install step.
+set(WISP_RUN_OLD "")
+if(EXISTS ${PROJECT_BINARY_DIR}/install/wisp-run)
+  file(READ ${PROJECT_BINARY_DIR}/install/wisp-run WISP_RUN_OLD)
+endif()
+if(NOT WISP_RUN_OLD STREQUAL WISP_RUN_INSTALLED)
+  file(WRITE ${PROJECT_BINARY_DIR}/install/wisp-run "${WISP_RUN_INSTALLED}")
+endif()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/scripts/wisp-run)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/install/wisp-run
