@@ -112,6 +112,9 @@ add_custom_target(wisp_man ALL DEPENDS ${WISP_MAN_OUT})
 
 install(FILES README.md docs/configuration.md docs/install.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# Debian policy 12.5: the licence as share/doc/<package>/copyright.
+install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR}
+  RENAME copyright COMPONENT runtime)
 
 # The Debian package: wisp_<version>_<arch>.deb, installed under /usr next
 # to Debian's rdma-core (libibverbs1, librdmacm1, ibverbs-providers) with

@@ -127,7 +127,7 @@ case_prefix_files() {
 	files=$(cd "$prefix" && find . -type f -o -type l | sed 's|^\./||' | sort)
 	for f in bin/wisp-run include/wisp/wisp_rdmacm.h \
 		 share/man/man7/wisp.7.gz share/man/man1/wisp-run.1.gz \
-		 share/doc/wisp/install.md; do
+		 share/doc/wisp/install.md share/doc/wisp/copyright; do
 		grep -qx "$f" <<<"$files" || { fail prefix_files "$f not installed"; return; }
 	done
 	if [ -z "$pc" ] || [ "$(basename "$wisplibdir")" != wisp ]; then
