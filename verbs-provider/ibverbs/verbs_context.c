@@ -27,6 +27,7 @@ int wisp_context_init(struct wisp_context *wctx)
 		return errno;
 	pthread_mutex_init(&wctx->lock, NULL);
 	pthread_mutex_init(&wctx->async_lock, NULL);
+	wisp_stats_ctx_open(&wctx->vctx.context);
 	return 0;
 }
 

@@ -362,6 +362,17 @@ void wisp_stats_qp_close(struct ibv_context *ctx, struct wisp_stats_qp *s,
 	pthread_mutex_unlock(&st_lock);
 }
 
+void wisp_stats_ctx_open(struct ibv_context *ctx)
+{
+	struct wisp_stats_file *f = file();
+
+	if (!f)
+		return;
+	pthread_mutex_lock(&st_lock);
+	dev_index(f, ctx);
+	pthread_mutex_unlock(&st_lock);
+}
+
 void wisp_stats_ctx_close(struct ibv_context *ctx)
 {
 	struct wisp_stats_file *f = st_file;

@@ -46,6 +46,9 @@ void wisp_stats_qp_ended(struct wisp_stats_qp *s, int reason);
 void wisp_stats_qp_close(struct ibv_context *ctx, struct wisp_stats_qp *s,
 			 const struct rdmap_qp_stats *core);
 
+/* A context was opened: the process appears in wisp-stat from now on. */
+void wisp_stats_ctx_open(struct ibv_context *ctx);
+
 /* The context is being closed: its totals move to the process's. */
 void wisp_stats_ctx_close(struct ibv_context *ctx);
 
