@@ -480,7 +480,7 @@ static void show_counts_line(const struct wisp_stats_counts *c)
 static void show(struct proc *procs, int n, struct prev *prev, int *nprev,
 		 double secs)
 {
-	struct prev cur[MAX_PROCS];
+	static struct prev cur[MAX_PROCS];
 
 	printf("\033[H\033[2J");
 	printf("wisp-stat: %d process%s  (q quits)\n", n, n == 1 ? "" : "es");

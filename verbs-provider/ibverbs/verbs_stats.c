@@ -270,7 +270,7 @@ static void sock_name(char *out, size_t cap, int fd, bool peer)
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	char a[INET6_ADDRSTRLEN] = "?";
-	unsigned int port = 0;
+	unsigned int port;
 
 	out[0] = '\0';
 	if ((peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
@@ -373,7 +373,7 @@ void wisp_stats_ctx_open(struct ibv_context *ctx)
 	pthread_mutex_unlock(&st_lock);
 }
 
-void wisp_stats_ctx_close(struct ibv_context *ctx)
+void wisp_stats_ctx_close(const struct ibv_context *ctx)
 {
 	struct wisp_stats_file *f = st_file;
 

@@ -50,6 +50,6 @@ void wisp_stats_qp_close(struct ibv_context *ctx, struct wisp_stats_qp *s,
 void wisp_stats_ctx_open(struct ibv_context *ctx);
 
 /* The context is being closed: its totals move to the process's. */
-void wisp_stats_ctx_close(struct ibv_context *ctx);
+void wisp_stats_ctx_close(const struct ibv_context *ctx);
 
 #endif /* WISP_VERBS_STATS_H */
