@@ -291,11 +291,27 @@ Test(stats, rtr_counted, .timeout = 60)
 	struct dp_pair p;
 	const struct wisp_stats_file *f;
 
+	const struct wisp_stats_counts *ca, *cb;
+	int64_t end;
+
 	stats_dir();
 	dp_setup(&p, &o);
 	f = own_file();
-	cr_assert_eq(V(qp_counts(f, p.a.qp), core.rtr_sent), 1);
-	cr_assert_eq(V(qp_counts(f, p.b.qp), core.rtr_sent), 0);
+	ca = qp_counts(f, p.a.qp);
+	cb = qp_counts(f, p.b.qp);
+	/* The initiator sends it WISP_MPA_HOLD_MS after the MPA Reply:
+	 * wait until the responder has it. */
+	end = dp_now_ms() + DP_TIMEOUT_MS;
+	while (V(cb, core.rx_fpdus) == 0 && dp_now_ms() < end)
+		usleep(1000);
+	cr_assert_eq(V(ca, core.rtr_sent), 1);
+	cr_assert_eq(V(cb, core.rtr_sent), 0);
+	/* the WRITE RTR (wisp_mpa_prefs.read_rtr unset): a zero-length
+	 * RDMA Write, perhaps already followed by nudges, since b never
+	 * answers here */
+	cr_assert_geq(V(cb, core.rx_msgs[0x0]), 1);
+	cr_assert_eq(V(cb, core.rx_octets[0x0]), 0);
+	cr_assert_eq(V(cb, core.rx_msgs[0x1]), 0);
 	dp_teardown(&p, &o);
 	stats_dir_rm();
 }
