@@ -466,3 +466,38 @@ Test(stats, summary_at_exit, .timeout = 60)
 		     "WISP_STATS=0 publishes nothing");
 	stats_dir_rm();
 }
+
+/* Shell prologue for an unmodified program over the built libraries:
+ * an ASan build's libraries need the ASan runtime loaded first. */
+#define OVER_WISP "export WISP_LIB_DIR='" WISP_LIB_DIR "' WISP_STATS=1; " \
+	"asan=$(ldd \"$WISP_LIB_DIR/librdmacm.so.1\" | " \
+	"awk '/libasan/ {print $3}'); if [ -n \"$asan\" ]; then " \
+	"export LD_PRELOAD=\"$asan\" ASAN_OPTIONS=detect_leaks=0; fi; "
+
+/* Connection manager events, counted through librdmacm: an rping pair
+ * that connects and disconnects, and an rping towards a port where
+ * nobody listens. */
+Test(stats, cm_events, .timeout = 90)
+{
+	int port = 20000 + (int)(getpid() % 20000);
+
+	stats_dir();
+	cr_assert_eq(sh("cd '%s' && " OVER_WISP
+			"timeout 30 '%s' rping -s -a 127.0.0.1 -p %d -C 3 "
+			"> /dev/null 2> s.err & sleep 0.5; "
+			"timeout 30 '%s' rping -c -a 127.0.0.1 -p %d -C 3 "
+			"> /dev/null 2> c.err; wait; "
+			"grep -q '^wisp:   cm_established 1$' c.err && "
+			"grep -q '^wisp:   cm_disconnected 1$' c.err && "
+			"grep -q '^wisp:   cm_connect_requests 1$' s.err && "
+			"grep -q '^wisp:   cm_established 1$' s.err && "
+			"grep -q '^wisp:   rtr_sent 1$' c.err",
+			dir, WISP_RUN, port, WISP_RUN, port), 0,
+		     "rping pair: see %s/c.err, s.err", dir);
+	cr_assert_eq(sh("cd '%s' && " OVER_WISP "timeout "
+			"30 '%s' rping -c -a 127.0.0.1 -p %d -C 1 > /dev/null "
+			"2> u.err; grep -q '^wisp:   cm_unreachable 1$' u.err",
+			dir, WISP_RUN, port + 1), 0,
+		     "rping to nobody: see %s/u.err", dir);
+	stats_dir_rm();
+}
