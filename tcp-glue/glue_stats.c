@@ -3,12 +3,14 @@
  * glue_stats.c - the engine's per-connection counters (glue_stats.h).
  *
  * Called with the side's lock held (tx_lock, rx_lock), so increments are
- * relaxed loads and stores. The only clock read is the engine's, once per
+ * relaxed loads and stores (tx_eagain, counted by the epoll backend
+ * outside tx_lock, takes an atomic add). The only clock read is the engine's, once per
  * submitted send (clock_gettime through the vDSO: no system call).
  */
 #include "glue_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <time.h>
 
 #define ADD(field, n)                                                      \
@@ -30,10 +32,41 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Move what from counted into to; both sides' locks held. */
+static void fold(struct glue_conn_stats *to, struct glue_conn_stats *from)
+{
+	_Atomic uint64_t *d = (_Atomic uint64_t *)to;
+	_Atomic uint64_t *s = (_Atomic uint64_t *)from;
+	const size_t max = offsetof(struct glue_conn_stats, tx_wait_max_ns) /
+			   sizeof(uint64_t);
+
+	for (size_t i = 0; i < sizeof(*to) / sizeof(uint64_t); i++) {
+		uint64_t v = atomic_exchange(&s[i], 0);
+
+		if (i != max)
+			atomic_fetch_add(&d[i], v);
+		else if (v > atomic_load(&d[i]))
+			atomic_store(&d[i], v);
+	}
+}
+
 void glue_conn_set_stats(struct glue_conn *c, struct glue_conn_stats *st)
 {
-	atomic_store_explicit(&c->st, st ? st : &c->own_st,
-			      memory_order_release);
+	struct glue_conn_stats *to = st ? st : &c->own_st;
+	struct glue_conn_stats *from;
+
+	/* Under both sides' locks, so that no count lands in the old place
+	 * after its counts moved: the engine may have sent and received
+	 * already (an RTR goes out as soon as the connection is added). */
+	pthread_mutex_lock(&c->tx_lock);
+	pthread_mutex_lock(&c->rx_lock);
+	from = stats(c);
+	if (from != to) {
+		fold(to, from);
+		atomic_store_explicit(&c->st, to, memory_order_release);
+	}
+	pthread_mutex_unlock(&c->rx_lock);
+	pthread_mutex_unlock(&c->tx_lock);
 }
 
 const struct glue_conn_stats *glue_conn_stats(const struct glue_conn *c)

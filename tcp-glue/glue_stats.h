@@ -32,8 +32,10 @@ struct glue_conn_stats {
 };
 
 /*
- * Count c's events into st from now on (NULL: back to c's own counters).
- * st must stay valid until glue_conn_free(c). Any thread.
+ * Count c's events into st from now on (NULL: back to c's own counters);
+ * what was counted so far moves there too. st must stay valid until
+ * glue_conn_free(c). Any thread but the engine's (it takes both sides'
+ * locks). The struct is all _Atomic uint64_t counters.
  */
 void glue_conn_set_stats(struct glue_conn *c, struct glue_conn_stats *st);
 

@@ -312,6 +312,32 @@ Test(stats, rtr_counted, .timeout = 60)
 	cr_assert_geq(V(cb, core.rx_msgs[0x0]), 1);
 	cr_assert_eq(V(cb, core.rx_octets[0x0]), 0);
 	cr_assert_eq(V(cb, core.rx_msgs[0x1]), 0);
+	/* b answers: the nudges stop, and every octet either side sent,
+	 * the RTR that left as soon as the stream was added included, is
+	 * counted by the socket counters the file shows. */
+	{
+		struct ibv_mr *ma, *mb;
+		uint8_t *ba, *bb;
+
+		ma = dp_mr(p.a.pd, 64, DP_ALL_ACCESS, &ba);
+		mb = dp_mr(p.b.pd, 64, DP_ALL_ACCESS, &bb);
+		post_recv(p.a.qp, ma, ba, 64, 1);
+		post(p.b.qp, IBV_WR_SEND, mb, bb, 16, 0, 0);
+		dp_wait1(p.a.rcq);
+		dp_wait1(p.b.scq);
+		settle(f, &p);
+		cr_assert_eq(V(cb, sock.rx_octets), V(ca, sock.tx_octets));
+		cr_assert_eq(V(ca, sock.rx_octets), V(cb, sock.tx_octets));
+		cr_assert_eq(V(ca, sock.tx_octets),
+			     V(ca, core.tx_fpdus) * 20 +
+			     V(ca, core.tx_octets[0x0]),
+			     "zero-length Writes, 20 octets each (length, header, CRC): %llu",
+			     (unsigned long long)V(ca, sock.tx_octets));
+		ibv_dereg_mr(ma);
+		ibv_dereg_mr(mb);
+		free(ba);
+		free(bb);
+	}
 	dp_teardown(&p, &o);
 	stats_dir_rm();
 }
