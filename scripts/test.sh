@@ -153,6 +153,7 @@ run_cppcheck() {
 		    "$top/verbs-provider" "$top/tests/fuzz")
 
 	[ -d "$top/bench" ] && dirs+=("$top/bench")
+	[ -d "$top/tools" ] && dirs+=("$top/tools")
 	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
 		--enable=warning,style,performance,portability \
 		--suppress=missingIncludeSystem \
