@@ -61,6 +61,8 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/scripts/wisp-run)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/install/wisp-run
   DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+install(TARGETS wisp-stat RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  COMPONENT runtime)
 
 # The header of wisp's rdma_set_option level, and wisp.pc. The .pc is
 # written at install time so that it names the prefix actually installed
@@ -89,7 +91,7 @@ install(FILES ${PROJECT_BINARY_DIR}/install/wisp.pc
 
 # Man pages, gzipped as Debian wants them (man reads either).
 find_program(WISP_GZIP gzip)
-set(WISP_MAN_PAGES man/wisp.7 man/wisp-run.1)
+set(WISP_MAN_PAGES man/wisp.7 man/wisp-run.1 man/wisp-stat.1)
 set(WISP_MAN_OUT "")
 foreach(page ${WISP_MAN_PAGES})
   get_filename_component(name ${page} NAME)

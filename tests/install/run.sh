@@ -125,8 +125,9 @@ case_prefix_files() {
 	pc=$(find "$prefix" -name wisp.pc -path '*/pkgconfig/*' | head -1)
 	wisplibdir=$(dirname "$(find "$prefix" -name libibverbs.so.1 | head -1)")
 	files=$(cd "$prefix" && find . -type f -o -type l | sed 's|^\./||' | sort)
-	for f in bin/wisp-run include/wisp/wisp_rdmacm.h \
+	for f in bin/wisp-run bin/wisp-stat include/wisp/wisp_rdmacm.h \
 		 share/man/man7/wisp.7.gz share/man/man1/wisp-run.1.gz \
+		 share/man/man1/wisp-stat.1.gz \
 		 share/doc/wisp/install.md share/doc/wisp/copyright; do
 		grep -qx "$f" <<<"$files" || { fail prefix_files "$f not installed"; return; }
 	done
