@@ -196,10 +196,14 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 		c->next->prev = c->prev;
 	c->next = c->prev = NULL;
 	e->be->conn_del(e, c);
-	close(c->fd);
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
 	conn_set_state(c, GLUE_CONN_GONE);
+	/* Closed under both locks: a polling thread may still be inside
+	 * rx_drain or glue_conn_send_now with c->fd (it checked the state
+	 * before the abort); closed before, its next recvmsg could read a
+	 * descriptor the kernel has already given to another open. */
+	close(c->fd);
 	c->fd = -1;
 	pthread_mutex_unlock(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
