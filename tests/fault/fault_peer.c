@@ -766,6 +766,12 @@ static int mode_victim(void)
 	/* Flowing after a few megabytes both ways; then run until killed
 	 * (or stopped). Should the survivor end first, exit quietly. */
 	run_stream(&c, 64, 0);
+	/* The survivor ended it (a stopped victim let run again): every
+	 * WR completes, then everything is freed (LeakSanitizer). */
+	drain(&c);
+	if (!c.disconnected)
+		wait_disconnected(&c);
+	conn_free(&c);
 	return 0;
 }
 
