@@ -66,6 +66,15 @@
 #define MR_LEN (3 * RDMA_LEN + NRECV * CHUNK)
 #define WAIT_MS 10000              /* bound of every single wait */
 
+/*
+ * A work completion's opcode is defined only for a successful one, and
+ * sends and receives share a CQ here: a receive's wr_id carries this
+ * bit, so that a flushed completion is still known for what it is.
+ */
+#define RECV_TAG (1ull << 63)
+#define IS_RECV(wc) (((wc)->wr_id & RECV_TAG) != 0)
+#define RECV_SLOT(wc) ((uint32_t)((wc)->wr_id & ~RECV_TAG))
+
 struct peer_info {
 	uint64_t addr;
 	uint32_t rkey;
@@ -293,7 +302,7 @@ static void post_recv(struct conn *c, uint32_t slot)
 		.addr = (uintptr_t)c->buf + RECV_OFF + (uint64_t)slot * CHUNK,
 		.length = CHUNK, .lkey = c->mr->lkey,
 	};
-	struct ibv_recv_wr wr = { .wr_id = slot, .sg_list = &sge,
+	struct ibv_recv_wr wr = { .wr_id = RECV_TAG | slot, .sg_list = &sge,
 				  .num_sge = 1 }, *bad;
 
 	if (ibv_post_recv(c->id->qp, &wr, &bad) == 0)
@@ -469,7 +478,7 @@ static int post_op(struct conn *c, int kind, uint32_t slot, uint32_t len)
  */
 static bool account(struct conn *c, const struct ibv_wc *wc)
 {
-	bool recv = wc->opcode & IBV_WC_RECV;
+	bool recv = IS_RECV(wc);
 
 	if (recv)
 		c->done_recv++;
@@ -536,8 +545,14 @@ static enum stream_end run_stream(struct conn *c, uint64_t flowing,
 		int n;
 
 		while (c->credits) {
-			if (post_op(c, op, slot, CHUNK))
+			int r = post_op(c, op, slot, CHUNK);
+
+			if (r) {
+				/* A QP in ERROR flushes what is posted; a
+				 * refusal is worth knowing about. */
+				printf("ibv_post_send: %s\n", strerror(r));
 				return STREAM_BROKEN;
+			}
 			slot = (slot + 1) % DEPTH;
 			c->credits--;
 		}
@@ -545,7 +560,7 @@ static enum stream_end run_stream(struct conn *c, uint64_t flowing,
 		if (n < 0)
 			die("ibv_poll_cq: %d", n);
 		for (int i = 0; i < n; i++) {
-			bool recv = wc[i].opcode & IBV_WC_RECV;
+			bool recv = IS_RECV(&wc[i]);
 
 			if (!account(c, &wc[i])) {
 				broken = true;
@@ -553,7 +568,7 @@ static enum stream_end run_stream(struct conn *c, uint64_t flowing,
 			}
 			last = now_ms();
 			if (recv) {
-				post_recv(c, (uint32_t)wc[i].wr_id);
+				post_recv(c, RECV_SLOT(&wc[i]));
 				c->credits++;
 			} else {
 				succeeded++;
@@ -594,8 +609,8 @@ static void wait_resumed(struct conn *c)
 		for (int i = 0; i < n; i++) {
 			if (!account(c, &wc[i]))
 				die("a WR was flushed after the peer resumed");
-			if (wc[i].opcode & IBV_WC_RECV)
-				post_recv(c, (uint32_t)wc[i].wr_id);
+			if (IS_RECV(&wc[i]))
+				post_recv(c, RECV_SLOT(&wc[i]));
 		}
 		if (now_ms() > end)
 			die("%" PRIu64 " WRs still outstanding %d ms after the "
@@ -663,11 +678,11 @@ static void wait_for(struct conn *c, int nsend, int nrecv)
 			if (!account(c, &wc))
 				die("verified exchange: a %s was flushed (%d "
 				    "sends, %d receives still awaited)",
-				    wc.opcode & IBV_WC_RECV ? "receive" :
+				    IS_RECV(&wc) ? "receive" :
 				    "send WR", nsend, nrecv);
-			if (wc.opcode & IBV_WC_RECV) {
+			if (IS_RECV(&wc)) {
 				c->recv_ready++;
-				post_recv(c, (uint32_t)wc.wr_id);
+				post_recv(c, RECV_SLOT(&wc));
 			} else {
 				nsend--;
 			}

@@ -57,7 +57,13 @@ if [ -n "$asan" ]; then
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1"
 fi
 
-next_port() { port=$((port + 2)); }
+# next_port: the next pair (port, port + 1) nobody listens on.
+next_port() {
+	port=$((port + 2))
+	while [ -n "$(ss -Hltn "( sport = :$port or sport = :$((port + 1)) )" 2>/dev/null)" ]; do
+		port=$((port + 2))
+	done
+}
 
 # start NAME ARGS...: fault_peer in the background, output to a log;
 # its pid in $last.
