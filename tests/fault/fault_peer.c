@@ -27,7 +27,9 @@
  *   checks that everything outstanding completes),
  *   -W MS (survivor -Z: how long the stream must stay stalled first),
  *   -S SECONDS (soak: busy phase), -G PREFIX (wait until the file
- *   PREFIX.N exists before connection N: the driver orders two survivors).
+ *   PREFIX.N exists before connection N: the driver orders two survivors),
+ *   -F N (survivor: N fault connections in a row, each checked against
+ *   the baseline; by hand, to see whether memory grows per fault).
  * Exit status: 0 pass, 1 a check failed (the reason on stderr), 2 usage.
  * Every wait is bounded; nothing here can hang for long.
  */
@@ -100,7 +102,8 @@ static bool is_server;
 static const char *opt_addr, *opt_port;
 static enum { OP_WRITE, OP_READ, OP_SEND } op;
 static struct rdma_cm_id *listen_id;
-static const char *gate;           /* -G: wait for gate.N before connection N */
+static const char *gate;
+static int nfaults = 1;           /* -F: fault connections in a row */           /* -G: wait for gate.N before connection N */
 
 static void die(const char *fmt, ...)
 {
@@ -808,7 +811,8 @@ static int mode_survivor(bool zero_window, bool resume, int stall_ms)
 	printf("baseline: fds %d, threads %d, heap %zu, rss %ld KiB\n",
 	       base.fds, base.tasks, base.heap, base.rss);
 
-	/* 2: the fault. */
+	/* 2: the fault (nfaults times, -F). */
+	for (int f = 0; f < nfaults; f++) {
 	connect_one(&c, false, 2);
 	printf("fault connection up\n");
 	fflush(stdout);
@@ -858,6 +862,11 @@ static int mode_survivor(bool zero_window, bool resume, int stall_ms)
 	if (now_ms() - t0 > WAIT_MS)
 		die("teardown took %" PRId64 " ms", now_ms() - t0);
 	check_no_leak(&base, "after the fault");
+	if (f + 1 < nfaults) {
+		printf("again\n");
+		fflush(stdout);
+	}
+	}
 	printf("reconnect\n");
 	fflush(stdout);
 
@@ -1141,13 +1150,16 @@ int main(int argc, char **argv)
 	unsigned nqp = 200;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((opt = getopt(argc, argv, "n:ZRW:S:G:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:ZRW:S:G:F:")) != -1) {
 		switch (opt) {
 		case 'n':
 			nqp = (unsigned)atoi(optarg);
 			break;
 		case 'Z':
 			zero_window = true;
+			break;
+		case 'F':
+			nfaults = atoi(optarg) > 0 ? atoi(optarg) : 1;
 			break;
 		case 'G':
 			gate = optarg;
@@ -1166,7 +1178,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (argc - optind != 5) {
-		fprintf(stderr, "usage: fault_peer [-n N] [-Z [-R]] [-W MS] [-S S] [-G PREFIX] "
+		fprintf(stderr, "usage: fault_peer [-n N] [-Z [-R]] [-W MS] [-S S] [-G PREFIX] [-F N] "
 			"server|client ADDR PORT good|victim|survivor|soak "
 			"write|read|send\n");
 		return 2;
