@@ -795,11 +795,69 @@ static int mode_victim(void)
 	return 0;
 }
 
+/*
+ * One fault connection of the survivor: the stream until the fault, then
+ * its checks, then the teardown (bounded).
+ */
+static void fault_round(struct conn *c, bool zero_window, bool resume,
+			int stall_ms)
+{
+	int64_t t0;
+
+	connect_one(c, false, 2);
+	printf("fault connection up\n");
+	fflush(stdout);
+	if (zero_window) {
+		/* The peer stops: our WRs stall behind a zero window, for
+		 * longer than every timeout of wisp's. Nothing may break. */
+		if (run_stream(c, 64, stall_ms) != STREAM_STALLED)
+			die("the connection broke while the peer was stopped");
+		printf("stalled for %d ms\n", stall_ms);
+		if (resume) {
+			/* The driver lets the peer run again: everything
+			 * outstanding completes, then a clean end. */
+			wait_resumed(c);
+			printf("resumed: %" PRIu64 " WRs completed\n", c->ok);
+			clean_end(c);
+		} else {
+			t0 = now_ms();
+			if (rdma_disconnect(c->id))
+				die("rdma_disconnect: %s", strerror(errno));
+			wait_disconnected(c);
+			drain(c);
+			printf("disconnect under a zero window: %" PRId64
+			       " ms\n", now_ms() - t0);
+		}
+	} else {
+		if (run_stream(c, 64, 0) != STREAM_BROKEN)
+			die("the stream did not break");
+		drain(c);
+		wait_disconnected(c);
+	}
+	printf("fault: %" PRIu64 " WRs succeeded, %" PRIu64 " flushed "
+	       "(send %" PRIu64 ", receive %" PRIu64 ")\n", c->ok, c->flushed,
+	       c->posted_send, c->posted_recv);
+	/* The break came mid-stream: WRITE/READ always have WRs
+	 * outstanding, so some are flushed; a SEND stream at least has its
+	 * receives. (After a resume, only the receives are.) */
+	if (!zero_window || !resume) {
+		if (op != OP_SEND && !c->send_err_seen)
+			die("no send WR was flushed: the fault missed the stream");
+	}
+	if (!c->recv_err_seen)
+		die("no receive was flushed");
+	/* Disconnecting an id already disconnected is harmless. */
+	(void)rdma_disconnect(c->id);
+	t0 = now_ms();
+	conn_free(c);
+	if (now_ms() - t0 > WAIT_MS)
+		die("teardown took %" PRId64 " ms", now_ms() - t0);
+}
+
 static int mode_survivor(bool zero_window, bool resume, int stall_ms)
 {
 	struct usage base;
 	struct conn c;
-	int64_t t0;
 
 	/* 1: a good connection, so that whatever a process keeps once (the
 	 * device context, its engine thread) exists before the baseline. */
@@ -813,59 +871,10 @@ static int mode_survivor(bool zero_window, bool resume, int stall_ms)
 
 	/* 2: the fault (nfaults times, -F). */
 	for (int f = 0; f < nfaults; f++) {
-	connect_one(&c, false, 2);
-	printf("fault connection up\n");
-	fflush(stdout);
-	if (zero_window) {
-		/* The peer stops: our WRs stall behind a zero window, for
-		 * longer than every timeout of wisp's. Nothing may break. */
-		if (run_stream(&c, 64, stall_ms) != STREAM_STALLED)
-			die("the connection broke while the peer was stopped");
-		printf("stalled for %d ms\n", stall_ms);
-		if (resume) {
-			/* The driver lets the peer run again: everything
-			 * outstanding completes, then a clean end. */
-			wait_resumed(&c);
-			printf("resumed: %" PRIu64 " WRs completed\n", c.ok);
-			clean_end(&c);
-		} else {
-			t0 = now_ms();
-			if (rdma_disconnect(c.id))
-				die("rdma_disconnect: %s", strerror(errno));
-			wait_disconnected(&c);
-			drain(&c);
-			printf("disconnect under a zero window: %" PRId64
-			       " ms\n", now_ms() - t0);
-		}
-	} else {
-		if (run_stream(&c, 64, 0) != STREAM_BROKEN)
-			die("the stream did not break");
-		drain(&c);
-		wait_disconnected(&c);
-	}
-	printf("fault: %" PRIu64 " WRs succeeded, %" PRIu64 " flushed "
-	       "(send %" PRIu64 ", receive %" PRIu64 ")\n", c.ok, c.flushed,
-	       c.posted_send, c.posted_recv);
-	/* The break came mid-stream: WRITE/READ always have WRs
-	 * outstanding, so some are flushed; a SEND stream at least has its
-	 * receives. (After a resume, only the receives are.) */
-	if (!zero_window || !resume) {
-		if (op != OP_SEND && !c.send_err_seen)
-			die("no send WR was flushed: the fault missed the stream");
-	}
-	if (!c.recv_err_seen)
-		die("no receive was flushed");
-	/* Disconnecting an id already disconnected is harmless. */
-	(void)rdma_disconnect(c.id);
-	t0 = now_ms();
-	conn_free(&c);
-	if (now_ms() - t0 > WAIT_MS)
-		die("teardown took %" PRId64 " ms", now_ms() - t0);
-	check_no_leak(&base, "after the fault");
-	if (f + 1 < nfaults) {
-		printf("again\n");
-		fflush(stdout);
-	}
+		fault_round(&c, zero_window, resume, stall_ms);
+		check_no_leak(&base, "after the fault");
+		if (f + 1 < nfaults)
+			printf("again\n");
 	}
 	printf("reconnect\n");
 	fflush(stdout);
