@@ -15,8 +15,10 @@
 #      apt-get, then removes it) and runs rping over the installed copy
 #      (tests/install/run.sh, docs/install.md);
 #   6. runs the side-by-side benchmark briefly (figures only: a slow run
-#      fails nothing, a data mismatch does), then again under
-#      ThreadSanitizer, where any reported race fails;
+#      fails nothing, a data mismatch does), then builds with
+#      ThreadSanitizer and runs the data-path and rdma_cm suites (one
+#      process per test, tests/tsan) and the benchmark there, where any
+#      reported race fails;
 #   7. runs the siw interop matrix against the Linux kernel's soft-iWARP
 #      in a qemu guest (tests/interop/run.sh, docs/interop.md; its cases
 #      skip, with the reason, only where qemu cannot run a guest at all).
@@ -127,6 +129,11 @@ run_suites_sanitized() {
 		run_suites "$1"
 }
 
+# tests/tsan/CMakeLists.txt sets the same options on each ctest entry.
+run_suites_tsan() {
+	TSAN_OPTIONS="halt_on_error=1:exitcode=66" run_suites "$1"
+}
+
 run_fuzzers() {
 	local dir=$1 rc=0 t
 
@@ -204,12 +211,15 @@ else
 	log "siw interop left out: WISP_INTEROP=0"
 fi
 
-# Criterion cannot start under TSan (docs/testing.md); the benchmark is a
-# plain threaded program that drives both engines through every path of
-# the data path, so it is the ThreadSanitizer run.
+# Criterion cannot start under TSan (docs/testing.md): the TSan build
+# runs the data-path and rdma_cm suites with a runner of ours
+# (tests/tsan), then the benchmark, a plain threaded program that drives
+# both engines through every path of the data path.
 step "build (TSan)" configure_build "$build/tsan" \
 	-DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug -DWISP_TSAN=ON \
-	-DWISP_TESTS=OFF
+	-DWISP_TESTS=ON
+step "data-path and rdma_cm suites under ThreadSanitizer (no race may be reported)" \
+	run_suites_tsan "$build/tsan"
 step "benchmark under ThreadSanitizer (no race may be reported)" \
 	env TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 	"$build/tsan/bench/wisp_bench" --seconds 1 --iters 2000 --warmup 100 \

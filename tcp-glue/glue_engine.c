@@ -17,6 +17,51 @@
 #include <time.h>
 #include <unistd.h>
 
+/*
+ * ThreadSanitizer does not model a TCP socket as synchronisation: what
+ * one end wrote before sending, the other end may read after receiving,
+ * but TSan sees two unordered threads. The data-path suites join both
+ * ends of a loopback connection in one process and check the target's
+ * memory after a completion at the initiator (a WRITE placed by one
+ * engine, read back by the test after the READ that followed it
+ * completed on the other), which TSan would report. So, in TSan builds
+ * only, both ends of a connection share one sync address, derived from
+ * the pair of ports (the same from either side): a release before each
+ * send, an acquire after each receive. Nothing else is ordered by it.
+ */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define __SANITIZE_THREAD__ 1 /* clang's spelling of gcc's */
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define TSAN_LINKS 65536u
+static char tsan_links[TSAN_LINKS];
+
+static void *tsan_link(int fd)
+{
+	struct sockaddr_storage a, b;
+	socklen_t la = sizeof(a), lb = sizeof(b);
+	unsigned pa = 0, pb = 0;
+
+	if (getsockname(fd, (struct sockaddr *)&a, &la) == 0 &&
+	    getpeername(fd, (struct sockaddr *)&b, &lb) == 0) {
+		/* sin_port and sin6_port sit at the same offset. */
+		pa = ntohs(((struct sockaddr_in *)&a)->sin_port);
+		pb = ntohs(((struct sockaddr_in *)&b)->sin_port);
+	}
+	return &tsan_links[(pa < pb ? pa * 31u + pb : pb * 31u + pa) %
+			   TSAN_LINKS];
+}
+#define TSAN_SENT(c) __tsan_release((c)->tsan_sync)
+#define TSAN_RECEIVED(c) __tsan_acquire((c)->tsan_sync)
+#else
+#define tsan_link(fd) NULL
+#define TSAN_SENT(c) ((void)0)
+#define TSAN_RECEIVED(c) ((void)0)
+#endif
+
 static _Thread_local const struct glue_engine *tls_engine;
 
 /* ------------------------------------------------------------------ */
@@ -196,10 +241,14 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 		c->next->prev = c->prev;
 	c->next = c->prev = NULL;
 	e->be->conn_del(e, c);
-	close(c->fd);
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
 	conn_set_state(c, GLUE_CONN_GONE);
+	/* Closed under both locks: a polling thread may still be inside
+	 * rx_drain or glue_conn_send_now with c->fd (it checked the state
+	 * before the abort); closed before, its next recvmsg could read a
+	 * descriptor the kernel has already given to another open. */
+	close(c->fd);
 	c->fd = -1;
 	pthread_mutex_unlock(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
@@ -272,6 +321,8 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
 		err = errno;
 		glue_stat_rx(c, r, err, glue_on_engine(c->e));
+		if (r > 0)
+			TSAN_RECEIVED(c);
 		/* Always, so that the owner knows the copy is over. */
 		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
 		errno = err;
@@ -363,6 +414,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 		goto out;
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
+	TSAN_SENT(c);
 	n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 	glue_stat_tx_direct(c, niov, n, errno);
 	if (n > 0) {
@@ -450,6 +502,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		c->tx_msg.msg_iovlen = (size_t)n;
 		c->tx_busy = true;
 		glue_stat_tx_start(c);
+		TSAN_SENT(c);
 		e->be->start_tx(e, c);
 	}
 	/* A graceful close half-closes once everything queued is out. */
@@ -677,6 +730,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->e = e;
 	c->fd = fd;
+	c->tsan_sync = tsan_link(fd);
 	c->ops = ops;
 	c->arg = arg;
 	atomic_init(&c->kicked, false);

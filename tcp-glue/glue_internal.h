@@ -68,6 +68,10 @@ struct glue_conn {
 	/* epoll backend: the events armed (one-shot) */
 	uint32_t ep_want;
 
+	/* ThreadSanitizer builds: the sync address this TCP connection's
+	 * two ends share (glue_engine.c, tsan_link). */
+	void *tsan_sync;
+
 	struct msghdr rx_msg, tx_msg;
 	struct iovec rx_iov[GLUE_RX_IOV];
 	struct iovec tx_iov[GLUE_TX_IOV];

@@ -1025,7 +1025,7 @@ static void tear_down(struct rdma_event_channel *sch,
 struct drip {
 	int *fds;
 	int n;
-	volatile int stop;
+	int stop;                 /* atomic: the test sets it, the thread reads */
 };
 
 /* One octet of a Request key per second on every other connection (the
@@ -1035,12 +1035,14 @@ static void *drip_thread(void *arg)
 	static const uint8_t key[] = { KEY_REQ };
 	struct drip *d = arg;
 
-	for (int i = 0; !d->stop && i < (int)sizeof(key); i++) {
+	for (int i = 0; !__atomic_load_n(&d->stop, __ATOMIC_RELAXED) &&
+	     i < (int)sizeof(key); i++) {
 		for (int k = 0; k < d->n; k += 2)
 			if (d->fds[k] >= 0)
 				send(d->fds[k], &key[i], 1,
 				     MSG_NOSIGNAL | MSG_DONTWAIT);
-		for (int t = 0; t < 20 && !d->stop; t++)
+		for (int t = 0;
+		     t < 20 && !__atomic_load_n(&d->stop, __ATOMIC_RELAXED); t++)
 			poll(NULL, 0, 50);
 	}
 	return NULL;
@@ -1102,7 +1104,7 @@ Test(rdmacm, slow_handshakes_do_not_starve_clients, .timeout = 60)
 	send_recv(cl, sv);
 	tear_down(sch, cch, cl, sv);
 
-	d.stop = 1;
+	__atomic_store_n(&d.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(drip, NULL);
 	for (int i = 0; i < SLOW_CONNS; i++)
 		if (fds[i] >= 0)

@@ -181,30 +181,25 @@ struct ibv_qp *wisp_create_qp_1_1(struct ibv_pd *pd,
 }
 WISP_SYMVER(wisp_create_qp_1_1, "ibv_create_qp@@IBVERBS_1.1");
 
-/* rdma-core keeps qp->state in step with what was queried or set. */
+/*
+ * rdma-core keeps qp->state in step with what was queried or set. Here
+ * the core itself keeps qp->state, atomically (wisp_qp_set_state), and
+ * the engine thread moves it to ERROR when the stream ends: writing it
+ * again from here would race with that, and could put back a state the
+ * engine had just left (RTS over ERROR), or the INIT an application asks
+ * for while the connection manager keeps the QP in RTS (rping -q).
+ */
 int wisp_query_qp_1_1(struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		      int attr_mask, struct ibv_qp_init_attr *init_attr)
 {
-	int err = wisp_query_qp(qp, attr, attr_mask, init_attr);
-
-	if (err)
-		return err;
-	if (attr_mask & IBV_QP_STATE)
-		qp->state = attr->qp_state;
-	return 0;
+	return wisp_query_qp(qp, attr, attr_mask, init_attr);
 }
 WISP_SYMVER(wisp_query_qp_1_1, "ibv_query_qp@@IBVERBS_1.1");
 
 int wisp_modify_qp_1_1(struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		       int attr_mask)
 {
-	int err = wisp_modify_qp(qp, attr, attr_mask);
-
-	if (err)
-		return err;
-	if (attr_mask & IBV_QP_STATE)
-		qp->state = attr->qp_state;
-	return 0;
+	return wisp_modify_qp(qp, attr, attr_mask);
 }
 WISP_SYMVER(wisp_modify_qp_1_1, "ibv_modify_qp@@IBVERBS_1.1");
 

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+/* Parameterized tests are part of the stand-in criterion.h. */
+#include <criterion/criterion.h>
