@@ -21,13 +21,16 @@ GUEST_SERIAL=
 GUEST_PORT_BASE=
 GUEST_PAIRS=9
 
+# no socket at all on PORT (a listener, a connection, TIME-WAIT)
 port_free() { # PORT
-	! ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+	! ss -Htan "sport = :$1" 2>/dev/null | grep -q .
 }
 
+# B in 10000..32000, below the kernel's ephemeral range (32768 up by
+# default), where outgoing connections of any process take their ports
 pick_port_base() {
 	local b p ok
-	for b in $(shuf -i 200-600 -n 40); do
+	for b in $(shuf -i 100-320 -n 40); do
 		b=$((b * 100))
 		ok=1
 		for p in $b $(seq $((b + 1)) $((b + GUEST_PAIRS))) \

@@ -115,9 +115,13 @@ add "w2s.p2pr0.rping-100x40" default rping "100 40"
 # wisp's READ RTR put into siw's blind window by tests/interop/rtr-relay.py:
 # only wisp's nudge gets siw to read it
 add "w2s.p2pr.rtr-in-siw-window-x12" default relay "c:-R:-D s:-S: 12 3000"
-# wisp's initiator closes at once, its RTR perhaps unread: a reset here
-# would hit siw's iw_cm BUG (finding 1); wisp must end with a FIN
-add "w2s.p2pr0.close-at-once-x12" default cmp "c:-D s: 12 1500"
+# wisp's initiator closes at once, its RTR perhaps unread (no hold after
+# the Reply: the RTR is put into siw's window on purpose). siw then races
+# its own close handling against reading that RTR and, when the close
+# wins, hits BUG() in iw_cm, FIN or reset alike (docs/interop.md, finding
+# 1): a siw bug that shows by timing, hence XFAIL on that BUG
+add "w2s.p2pr0.close-at-once-x12" default cmp "c:-D s: 12 1500" \
+	"kernel BUG at drivers/infiniband/core/iwcm.c:969"
 
 # siw's window measured without wisp (rtr-probe.py, a bare MPA initiator):
 # how many immediate RTRs siw leaves unread, and that a zero-length RDMA
@@ -334,16 +338,34 @@ run_rping() { # SIZE COUNT
 
 # perftest -R: both ends print the result row for SIZE and ITERS
 run_perf() { # TEST SIZE ITERS
-	local t=$1 size=$2 iters=$3 bin h_rc row_h row_g bw
+	local t=$1 size=$2 iters=$3 bin h_rc row_h row_g bw untimed
 	bin=ib_${t}_bw
 	ports
 	local args=(-R -F -s "$size" -n "$iters")
 	if [ "$dir" = w2s ]; then
 		gstart "$name" "$bin" "${args[@]}" -p $g_port
 		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+		# the client's second connect waits for the guest's second
+		# listener (delay-connect.c): it asks with $aw/want, we answer
+		# with $aw/go once the guest shows the listener
+		local aw=$cdir/await wpid _
+		mkdir -p "$aw"
+		(
+			for _ in $(seq 600); do
+				if [ -e "$aw/want" ]; then
+					gctl -t 20 ". /tmp/h.sh; waitlisten $g_port" >/dev/null
+					touch "$aw/go"
+					exit 0
+				fi
+				sleep 0.05
+			done
+		) &
+		wpid=$!
 		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" LD_PRELOAD="$delay_so" \
-			"$bin" "${args[@]}" -p $h_fwd 127.0.0.1
+			INTEROP_AWAIT_DIR="$aw" "$bin" "${args[@]}" -p $h_fwd 127.0.0.1
 		h_rc=$?
+		kill $wpid 2>/dev/null
+		wait $wpid 2>/dev/null
 		gfinish "$name" 20
 	else
 		hserve "$bin" "${args[@]}" -p $h_srv || return
@@ -355,8 +377,17 @@ run_perf() { # TEST SIZE ITERS
 	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" | head -1)
 	bw=$(echo "$row_h" | awk '{print $4}')
 	detail="$iters x $size octets"
+	# perftest converts cycles to time with a clock rate it fits at the
+	# end (TSC against gettimeofday); an end descheduled meanwhile (a TCG
+	# guest on a loaded host, or the host itself) prints "Correlation
+	# coefficient r^2: X < 0.9" and, with -F, reports a rate of 0: zero
+	# bandwidth on its row and on the row it hands its peer. The rows
+	# (printed after the last iteration) still count; the figure does not.
+	untimed=$(grep -h -m1 "Correlation coefficient r^2" "$cdir/guest.err" "$cdir/host.err" 2>/dev/null | head -1)
 	if [ -z "$row_h" ] || [ -z "$row_g" ]; then
 		verdict="no result row on the $([ -z "$row_h" ] && echo wisp || echo siw) end"
+	elif [ -n "$untimed" ] && ! awk -v b="$bw" 'BEGIN { exit !(b > 0) }'; then
+		detail="$detail, not timed: perftest's clock calibration failed ($untimed)"
 	elif ! awk -v b="$bw" 'BEGIN { exit !(b > 0) }'; then
 		verdict="zero bandwidth"
 	elif [ "$h_rc" = 124 ] || [ "$h_rc" = 137 ] || [ "$g_rc" = 124 ]; then
@@ -570,7 +601,8 @@ for l in libibverbs.so.1 librdmacm.so.1; do
 	[ -e "$WISP_LIB_DIR/$l" ] || { report FAIL wisp-libs "no $l in $WISP_LIB_DIR"; summary; exit 1; }
 done
 
-# perftest -R's second connection must not beat its server's new listener
+# perftest -R's second connection must not beat its server's new
+# listener: delay-connect.so holds it until run_perf has seen that listener
 delay_so=$logdir/delay-connect.so
 cc -shared -fPIC -O2 -o "$delay_so" "$here/delay-connect.c" -ldl ||
 	{ report FAIL delay-connect "cannot build $here/delay-connect.c"; summary; exit 1; }

@@ -29,7 +29,8 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 run="$top/scripts/wisp-run"
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-perftest.XXXXXX)}
 mkdir -p "$logs"
-port=$((24000 + ($$ % 2000) * 10))
+# shellcheck source=ports.sh
+. "$top/tests/rdmacm/ports.sh"
 
 cases=(
 	send_bw_8 send_bw_4k send_bw_64k send_bw_1m
@@ -47,10 +48,10 @@ need() {
 	command -v "$1" >/dev/null 2>&1
 }
 
-# wait_listen PORT PID: until something listens on TCP PORT (5 s at most,
-# and no longer than process PID lives).
+# wait_listen PORT PID: until something listens on TCP PORT (while
+# process PID lives; 30 s at most, a hang guard).
 wait_listen() {
-	for _ in $(seq 50); do
+	for _ in $(seq 300); do
 		kill -0 "$2" 2>/dev/null || return 1
 		if need ss; then
 			[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
@@ -61,8 +62,10 @@ wait_listen() {
 	return 1
 }
 
+# A fresh port for each server (ports.sh): never one that another
+# program, or a runner of another build, uses.
 next_port() {
-	port=$((port + 1))
+	pick_port
 }
 
 # result_line FILE: the line under perftest's " #bytes ..." header.
@@ -70,14 +73,29 @@ result_line() {
 	awk '/^ *#bytes/ { if ((getline l) > 0) print l; exit }' "$1"
 }
 
-# check_bw FILE SIZE ITERS: "#bytes #iterations BW-peak BW-average MsgRate"
-# with the right size and count and a non-zero average and message rate.
+# untimed NAME: perftest could not time the run. It converts cycles to
+# time with a clock rate it measures at the end (get_cpu_mhz in
+# src/get_clock.c: a linear fit of TSC against gettimeofday over short busy
+# waits); when the process is descheduled during that fit it prints
+# "Correlation coefficient r^2: X < 0.9", and with -F goes on with a rate
+# of 0: bandwidths of 0, latencies of inf. A loaded machine does that, not
+# the transport; the figures are then not checked, the row's size and
+# iteration count still are (perftest prints the row only after the
+# last iteration completed).
+untimed() {
+	grep -qh "Correlation coefficient r^2" "$logs/$1".*.err
+}
+
+# check_bw FILE SIZE ITERS [untimed]: "#bytes #iterations BW-peak
+# BW-average MsgRate" with the right size and count and a non-zero average
+# and message rate (the figures unchecked if untimed).
 check_bw() {
 	local line
 	line=$(result_line "$1")
 	[ -n "$line" ] || { echo "$1: no result table" >&2; return 1; }
-	awk -v s="$2" -v n="$3" '{
-		if ($1 != s || $2 != n || !($4 > 0) || !($5 > 0)) exit 1
+	awk -v s="$2" -v n="$3" -v u="${4:-}" '{
+		if ($1 != s || $2 != n) exit 1
+		if (u == "" && (!($4 > 0) || !($5 > 0))) exit 1
 	}' <<<"$line" || {
 		echo "$1: bad result line (want $2 bytes, $3 iterations," \
 			"non-zero BW and rate): $line" >&2
@@ -85,18 +103,17 @@ check_bw() {
 	}
 }
 
-# check_lat FILE SIZE ITERS: "#bytes #iterations t_min t_max t_typical
-# t_avg ..." in microseconds: right size and count, 0 < t_min <=
-# t_typical <= t_max. No bound on the figures themselves: a test never
-# passes or fails on a clock (a loaded 2-core machine gave 8 ms typical
-# under ASan); docs/perftest.md and bench/ measure speed.
+# check_lat FILE SIZE ITERS [untimed]: "#bytes #iterations t_min t_max
+# t_typical t_avg ..." in microseconds: right size and count, 0 < t_min <=
+# t_typical <= t_max (the figures unchecked if untimed). No upper bound:
+# how long a round trip takes on a loaded machine is the scheduler's.
 check_lat() {
 	local line
 	line=$(result_line "$1")
 	[ -n "$line" ] || { echo "$1: no result table" >&2; return 1; }
-	awk -v s="$2" -v n="$3" '{
+	awk -v s="$2" -v n="$3" -v u="${4:-}" '{
 		if ($1 != s || $2 != n) exit 1
-		if (!($3 > 0) || $3 > $5 || $5 > $4) exit 1
+		if (u == "" && (!($3 > 0) || $3 > $5 || $5 > $4)) exit 1
 	}' <<<"$line" || {
 		echo "$1: bad result line (want $2 bytes, $3 iterations," \
 			"0 < t_min <= t_typical <= t_max): $line" >&2
@@ -118,11 +135,12 @@ no_errors() {
 # apart (NAME.{server,client}.{out,err}) so that wisp's log lines never
 # split a table line.
 perf_pair() {
-	local name=$1 prog=$2 size=$3 iters=$4 addr=$5 spid src crc f kind
+	local name=$1 prog=$2 size=$3 iters=$4 addr=$5 spid src crc f kind u
 	shift 5
-	next_port
+	next_port || return 1
 	env "$@" true || return 1
-	local args=(-R -p "$port" -s "$size" -n "$iters")
+	# -F: a failed clock calibration (see untimed) is not an exit.
+	local args=(-R -F -p "$port" -s "$size" -n "$iters")
 	timeout 30 env "$@" "$run" "$prog" "${args[@]}" \
 		>"$logs/$name.server.out" 2>"$logs/$name.server.err" &
 	spid=$!
@@ -133,7 +151,10 @@ perf_pair() {
 		cat "$logs/$name.server.err" >&2
 		return 1
 	fi
-	timeout 30 env "$@" "$run" "$prog" "${args[@]}" "$addr" \
+	# The client's second connection waits for the server's second
+	# listener (await-listener.c says why).
+	timeout 30 env "$@" ${await:+LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$await"} \
+		"$run" "$prog" "${args[@]}" "$addr" \
 		>"$logs/$name.client.out" 2>"$logs/$name.client.err"
 	crc=$?
 	# A client that failed leaves its server waiting: 10 s more at most.
@@ -154,8 +175,15 @@ perf_pair() {
 	*_lat) kind=check_lat ;;
 	*) kind=check_bw ;;
 	esac
+	u=
+	if untimed "$name"; then
+		u=untimed
+		echo "($name: perftest could not calibrate its clock under load:" \
+			"$(grep -h -m1 'Correlation coefficient' "$logs/$name".*.err);" \
+			"figures not checked)"
+	fi
 	for f in "$logs/$name.client.out" "$logs/$name.server.out"; do
-		$kind "$f" "$size" "$iters" || return 1
+		$kind "$f" "$size" "$iters" $u || return 1
 	done
 }
 
@@ -176,8 +204,15 @@ read_bw_64k() { bw read_bw_64k ib_read_bw 65536 500; }
 read_bw_1m() { bw read_bw_1m ib_read_bw 1048576 200; }
 send_lat_8() { bw send_lat_8 ib_send_lat 8 1000; }
 send_lat_4k() { bw send_lat_4k ib_send_lat 4096 1000; }
-write_lat_8() { bw write_lat_8 ib_write_lat 8 1000; }
-write_lat_4k() { bw write_lat_4k ib_write_lat 4096 1000; }
+# ib_write_lat waits for the peer's Write by spinning on memory, not on a
+# CQ, so over wisp each Write is placed by the receiver's engine thread,
+# which a loaded machine schedules late (and which leaves a socket alone
+# for GLUE_APP_POLL_MS after the application last polled a CQ itself).
+# Measured with two busy loops beside: median round trip 9-25 ms against
+# 5 us for ib_send_lat, so 1000 iterations ran into the 30 s hang guard.
+# 200 iterations keep the guard a guard against hangs.
+write_lat_8() { bw write_lat_8 ib_write_lat 8 200; }
+write_lat_4k() { bw write_lat_4k ib_write_lat 4096 200; }
 
 # crc_on NAME: every connection of both sides ran with CRC32c (WISP_LOG=info
 # prints "established, MPA rev 2, CRC on|off, ..." per connection; perftest
@@ -211,7 +246,7 @@ send_lat_crc_epoll() {
 # then fails to connect, nobody listens yet) is run as a pair.
 ipv6() {
 	local name=$1 prog=$2 size=$3 iters=$4
-	next_port
+	next_port || return 1
 	timeout 10 "$run" "$prog" -R -p "$port" -n 5 ::1 \
 		>"$logs/$name.probe" 2>&1
 	if grep -q "Address family for hostname not supported" "$logs/$name.probe"; then
@@ -222,7 +257,7 @@ ipv6() {
 	perf_pair "$name" "$prog" "$size" "$iters" ::1
 }
 send_bw_ipv6() { ipv6 send_bw_ipv6 ib_send_bw 65536 500; }
-write_lat_ipv6() { ipv6 write_lat_ipv6 ib_write_lat 8 1000; }
+write_lat_ipv6() { ipv6 write_lat_ipv6 ib_write_lat 8 200; }
 
 perftest_version() {
 	dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo "?"
@@ -254,6 +289,15 @@ asan=$(ldd "$libdir/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
 if [ -n "$asan" ]; then
 	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+
+# perftest's clients get await-listener.so (built next to the suites:
+# tests/rdmacm/CMakeLists.txt passes it as WISP_AWAIT_LISTENER).
+await=${WISP_AWAIT_LISTENER:-$libdir/../tests/rdmacm/await-listener.so}
+if [ ! -e "$await" ]; then
+	echo "warning: $await missing: perftest's second connection may be" \
+		"refused when its server is slow to listen again" >&2
+	await=
 fi
 
 selected=("$@")

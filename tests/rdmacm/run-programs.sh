@@ -17,7 +17,8 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 run="$top/scripts/wisp-run"
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rdmacm.XXXXXX)}
 mkdir -p "$logs"
-port=$((20000 + ($$ % 2000) * 10))
+# shellcheck source=ports.sh
+. "$top/tests/rdmacm/ports.sh"
 
 cases=(
 	rping_ipv4 rping_ipv6 rping_sizes rping_mpa_rev1 rping_crc
@@ -32,9 +33,11 @@ need() {
 	command -v "$1" >/dev/null 2>&1
 }
 
-# wait_listen PORT: until something listens on TCP PORT (5 s at most).
+# wait_listen PORT [PID]: until something listens on TCP PORT (while
+# process PID lives; 30 s at most, a hang guard).
 wait_listen() {
-	for _ in $(seq 50); do
+	for _ in $(seq 300); do
+		[ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || return 1
 		if need ss; then
 			[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
 		fi
@@ -44,8 +47,10 @@ wait_listen() {
 	return 1
 }
 
+# A fresh port for each server (ports.sh): never one that another
+# program, or a runner of another build, uses.
 next_port() {
-	port=$((port + 1))
+	pick_port
 }
 
 # server_client NAME SERVER_CMD... -- CLIENT_CMD...: start the server,
@@ -58,7 +63,7 @@ server_client() {
 	cli=("$@")
 	timeout 60 "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
 	spid=$!
-	if ! wait_listen "$port"; then
+	if ! wait_listen "$port" "$spid"; then
 		echo "server did not listen on $port" >&2
 		kill "$spid" 2>/dev/null
 		wait "$spid" 2>/dev/null
@@ -80,7 +85,7 @@ server_client() {
 rping_pair() {
 	local name=$1 addr=$2 size=$3 count=10 n
 	shift 3
-	next_port
+	next_port || return 1
 	env "$@" true || return 1
 	server_client "$name" env "$@" rping -s -a "$addr" -p "$port" -C $count \
 		-v -V -S "$size" -- \
@@ -109,7 +114,7 @@ rping_no_p2p() { rping_pair rping_no_p2p 127.0.0.1 1000 WISP_P2P=0; }
 # by number, walked through INIT/RTR/RTS by rping, then rdma_establish.
 rping_self_qp() {
 	local n
-	next_port
+	next_port || return 1
 	server_client rping_self_qp rping -s -q -a 127.0.0.1 -p "$port" -C 10 \
 		-v -V -S 500 -- \
 		rping -c -q -a 127.0.0.1 -p "$port" -C 10 -v -V -S 500 || return 1
@@ -122,7 +127,7 @@ rping_self_qp() {
 }
 
 rdma_pair() {
-	next_port
+	next_port || return 1
 	server_client "$1" rdma_server -s "$2" -p "$port" -- \
 		rdma_client -s "$2" -p "$port" || return 1
 	grep -q "rdma_client: end 0" "$logs/$1.client"
@@ -131,36 +136,34 @@ rdma_server_client_ipv4() { rdma_pair rdma_server_client_ipv4 127.0.0.1; }
 rdma_server_client_ipv6() { rdma_pair rdma_server_client_ipv6 ::1; }
 
 ucmatose_ipv4() {
-	next_port
+	next_port || return 1
 	server_client ucmatose_ipv4 ucmatose -p "$port" -c 2 -C 20 -- \
 		ucmatose -s 127.0.0.1 -p "$port" -c 2 -C 20
 }
 ucmatose_ipv6_migrate() {
-	next_port
+	next_port || return 1
 	server_client ucmatose_ipv6_migrate ucmatose -b ::1 -p "$port" -m \
 		-c 2 -C 20 -- ucmatose -s ::1 -p "$port" -m -c 2 -C 20 || return 1
 	grep -q "migrating to new event channel" "$logs/ucmatose_ipv6_migrate.server"
 }
 
-# A port nobody listens on: UNREACHABLE (connection refused) at once.
+# A port nobody listens on: UNREACHABLE with -111 (connection refused),
+# not -110 (a timeout), so the refusal was taken as it came. (No bound on
+# the time it took: a loaded machine decides that, not wisp.)
 refused_rping() {
-	local name=$1 addr=$2 t0 t1 rc
-	next_port
-	t0=$(date +%s%N)
+	local name=$1 addr=$2 rc
+	next_port || return 1
 	timeout 10 "$run" rping -c -a "$addr" -p "$port" -C 1 >"$logs/$name" 2>&1
 	rc=$?
-	t1=$(date +%s%N)
 	[ "$rc" -ne 124 ] || { echo "rping hung" >&2; return 1; }
 	grep -q "RDMA_CM_EVENT_UNREACHABLE, error -111" "$logs/$name" ||
 		{ cat "$logs/$name" >&2; return 1; }
-	[ $(((t1 - t0) / 1000000)) -lt 2000 ] ||
-		{ echo "took $(((t1 - t0) / 1000000)) ms" >&2; return 1; }
 }
 refused_rping_ipv4() { refused_rping refused_rping_ipv4 127.0.0.1; }
 refused_rping_ipv6() { refused_rping refused_rping_ipv6 ::1; }
 refused_rdma_client() {
 	local rc
-	next_port
+	next_port || return 1
 	timeout 10 "$run" rdma_client -s 127.0.0.1 -p "$port" \
 		>"$logs/refused_rdma_client" 2>&1
 	rc=$?
@@ -175,11 +178,11 @@ refused_rdma_client() {
 # MPA Reply with R set) at once, and nobody may hang.
 rejected_ucmatose() {
 	local spid rc
-	next_port
+	next_port || return 1
 	timeout 20 "$run" ucmatose -p "$port" -c 1 -C 40000 \
 		>"$logs/rejected_ucmatose.server" 2>&1 &
 	spid=$!
-	wait_listen "$port" || { kill "$spid"; return 1; }
+	wait_listen "$port" "$spid" || { kill "$spid"; return 1; }
 	timeout 20 "$run" ucmatose -s 127.0.0.1 -p "$port" -c 1 -C 10 \
 		>"$logs/rejected_ucmatose.client" 2>&1
 	rc=$?
@@ -195,12 +198,12 @@ rejected_ucmatose() {
 mpa_timeout_rping() {
 	local lpid rc
 	need python3 || { echo "(python3 missing: skipped)"; return 0; }
-	next_port
+	next_port || return 1
 	python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4); time.sleep(20)' "$port" &
 	lpid=$!
-	wait_listen "$port" || { kill "$lpid"; return 1; }
+	wait_listen "$port" "$lpid" || { kill "$lpid"; return 1; }
 	WISP_MPA_TIMEOUT_MS=500 timeout 10 "$run" rping -c -a 127.0.0.1 \
 		-p "$port" -C 1 >"$logs/mpa_timeout_rping" 2>&1
 	rc=$?

