@@ -165,7 +165,6 @@ static int term_body(struct wisp_cur *c, unsigned int hdrct,
 {
 	uint16_t seg_len;
 	uint8_t ctl0;
-	size_t hlen;
 
 	if (hdrct & (RDMAP_TERM_HDRCT_M | RDMAP_TERM_HDRCT_D)) {
 		if (!wisp_cur_be16(c, &seg_len))
@@ -176,6 +175,8 @@ static int term_body(struct wisp_cur *c, unsigned int hdrct,
 		}
 	}
 	if (hdrct & RDMAP_TERM_HDRCT_D) {
+		size_t hlen;
+
 		/* The quoted header's own T bit says how long it is. */
 		if (!wisp_cur_peek_u8(c, &ctl0))
 			return -EPROTO;
