@@ -367,8 +367,9 @@ static uint32_t core_access(int flags)
 /*
  * Where IBV_QP_ACCESS_FLAGS may be given: the IBTA transitions list it
  * (optional or required) for RESET->INIT, INIT->INIT, INIT->RTR,
- * RTR->RTS and RTS->RTS, and for no transition to RESET, ERR or SQD;
- * the kernel's ib_modify_qp_is_ok() refuses it elsewhere with EINVAL.
+ * RTR->RTS and RTS->RTS, and for no transition to RESET, ERR or SQD.
+ * IB providers refuse it elsewhere with EINVAL through the kernel's
+ * ib_modify_qp_is_ok(); siw takes it anywhere. wisp follows the table.
  */
 static bool access_ok(enum ibv_qp_state from, enum ibv_qp_state to)
 {
