@@ -203,6 +203,8 @@ struct rdmap_terminate {
 	bool has_rdma_hdr;        /* R */
 	uint8_t rdma_hdr[RDMAP_READ_REQ_LEN];
 	uint8_t rdma_hdr_len;
+	bool siw_layout;          /* parsed: sent in Linux siw's little-endian
+				   * bitfield layout (rdmap_term.c) */
 };
 
 /*
@@ -231,9 +233,13 @@ int rdmap_term_build(const struct rdmap_terminate *t, uint8_t *buf,
 
 /* Decode a Terminate message body of exactly len octets. Returns len;
  * -EPROTO for a malformed one (shorter than Hdrct promises, or trailing
- * octets, e.g. a quoted DDP header whose length is not its T bit's);
- * -EINVAL on NULL. Accepts siw's "R set, only a non-Read-Request DDP
- * header quoted" as has_rdma_hdr == false. Never reads past buf + len. */
+ * octets, e.g. a quoted DDP header whose length is not its T bit's):
+ * then, if len >= 4, t still holds the code as sent and no header;
+ * -EINVAL on NULL. Recognises Linux siw's little-endian layout (Layer
+ * and EType swapped, M/D/R in reserved bits) and reads it as siw meant
+ * it, setting siw_layout. Accepts siw's "R set, only a non-Read-Request
+ * DDP header quoted" as has_rdma_hdr == false. Never reads past
+ * buf + len. */
 int rdmap_term_parse(const uint8_t *buf, size_t len,
 		     struct rdmap_terminate *t);
 

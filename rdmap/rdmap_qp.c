@@ -59,6 +59,7 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 	qp->cfg = *cfg;
 	qp->st = cfg->stats ? cfg->stats : &qp->own_st;
 	atomic_init(&qp->state, RDMAP_QP_IDLE);
+	atomic_init(&qp->access, cfg->access);
 	if (rdmap_ring_init(&qp->sq, cfg->sq_size ? cfg->sq_size : 1,
 			    sizeof(struct rdmap_send_wr)))
 		goto err_free;
@@ -147,6 +148,11 @@ enum rdmap_qp_state rdmap_qp_state(const struct rdmap_qp *qp)
 	return (enum rdmap_qp_state)atomic_load(&qp->state);
 }
 
+void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access)
+{
+	atomic_store_explicit(&qp->access, access, memory_order_relaxed);
+}
+
 int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 {
 	uint32_t ulpdu_max;
@@ -175,7 +181,17 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 		qp->tx_msn[i] = qp->rx_msn[i] = 1;
 	qp->rtr_pending = s->rtr == RDMAP_RTR_SEND_WRITE ||
 			  s->rtr == RDMAP_RTR_SEND_READ;
-	qp->tx_hold = s->rtr == RDMAP_RTR_EXPECT;
+	/*
+	 * RFC 5044 section 7.1.2, rule 4: "MPA Responder mode
+	 * implementations MUST receive and validate at least one FPDU
+	 * before sending any FPDUs or markers." That holds in the
+	 * client-server model too, not only when an RFC 6581 RTR is
+	 * expected: a responder's first send (a Send the server posted
+	 * right after ESTABLISHED) waits in the SQ until the initiator's
+	 * first FPDU has arrived. Linux siw as initiator fails the connect
+	 * when data follows its Reply's arrival too closely.
+	 */
+	qp->tx_hold = s->responder || s->rtr == RDMAP_RTR_EXPECT;
 	atomic_store(&qp->state, RDMAP_QP_RTS);
 	return 0;
 }
@@ -362,7 +378,7 @@ void rdmap_qp_flush_idle(struct rdmap_qp *qp)
  * RDMAP Stream is closed" and outstanding work completes in error; the
  * verbs form of that is the ERROR state with every WR flushed.
  */
-void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
+void qp_enter_error(struct rdmap_qp *qp, int term,
 			enum rdmap_wc_status first_status)
 {
 	int prev;
@@ -378,7 +394,8 @@ void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
 		qp_put_refs(qp->cur.mr, qp->cur.nsrc);
 		qp->cur.active = false;
 	}
-	flush_sq(qp, first_status, term);
+	flush_sq(qp, first_status,
+		 term == RDMAP_TERM_NONE ? 0 : (uint32_t)term);
 	if (qp->have_recv)
 		qp_complete_recv(qp, RDMAP_WC_WR_FLUSH_ERR, 0, false, false, 0);
 	flush_rq(qp);
@@ -406,15 +423,16 @@ void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
 		    RDMAP_WC_FATAL_ERR : RDMAP_WC_LOC_QP_OP_ERR);
 }
 
-void qp_peer_terminated(struct rdmap_qp *qp, uint16_t term)
+void qp_peer_terminated(struct rdmap_qp *qp, int term)
 {
 	/* The peer's Terminate explains the oldest unfinished WR: a remote
 	 * protection error there is IBV_WC_REM_ACCESS_ERR (RFC 5040 7.1). */
 	qp->term_sent = true;     /* never answer a Terminate with one */
-	if (rdmap_term_layer(term) == RDMAP_LAYER_LLP ||
-	    rdmap_term_etype(term) == 0)
+	if (term == RDMAP_TERM_NONE ||
+	    rdmap_term_layer((uint16_t)term) == RDMAP_LAYER_LLP ||
+	    rdmap_term_etype((uint16_t)term) == 0)
 		qp_enter_error(qp, term, RDMAP_WC_FATAL_ERR);
-	else if (rdmap_term_etype(term) == 1)   /* remote protection */
+	else if (rdmap_term_etype((uint16_t)term) == 1) /* remote protection */
 		qp_enter_error(qp, term, RDMAP_WC_REM_ACCESS_ERR);
 	else                                    /* remote operation */
 		qp_enter_error(qp, term, RDMAP_WC_REM_OP_ERR);
@@ -423,7 +441,7 @@ void qp_peer_terminated(struct rdmap_qp *qp, uint16_t term)
 void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason)
 {
 	(void)reason;
-	qp_enter_error(qp, 0, RDMAP_WC_WR_FLUSH_ERR);
+	qp_enter_error(qp, RDMAP_TERM_NONE, RDMAP_WC_WR_FLUSH_ERR);
 	release_all(qp);
 }
 

@@ -130,9 +130,15 @@ struct rdmap_qp_ops {
 	/* SRQ QPs: take the next posted receive, false if none. */
 	bool (*srq_pop)(void *arg, struct rdmap_recv_wr *out);
 	/* The QP entered ERROR (fatal: a Terminate was sent or received or
-	 * the stream broke); term is the Terminate code or 0. */
-	void (*fatal)(void *arg, uint16_t term);
+	 * the stream broke); term is the Terminate's code (layer << 12 |
+	 * etype << 8 | code, 0x0000 being RDMAP's local catastrophic error,
+	 * a real code) or RDMAP_TERM_NONE when no Terminate was sent or
+	 * received. */
+	void (*fatal)(void *arg, int term);
 };
+
+/* ops->fatal's term when the QP failed without a Terminate. */
+#define RDMAP_TERM_NONE (-1)
 
 enum rdmap_qp_state {
 	RDMAP_QP_IDLE,            /* no stream yet */
@@ -154,12 +160,21 @@ struct rdmap_qp_cfg {
 	/* Where the QP counts (rdmap_qp_stats.h), e.g. a slot the owner
 	 * publishes; NULL: in the QP itself. Must outlive the QP. */
 	struct rdmap_qp_stats *stats;
+	/* What the peer may do through this QP: RDMAP_ACC_REMOTE_WRITE
+	 * (place RDMA Writes), RDMAP_ACC_REMOTE_READ (have Read Requests
+	 * answered); other bits are ignored. The verbs qp_access_flags; the
+	 * MR named must grant the right as well. Changed later with
+	 * rdmap_qp_set_access(). */
+	uint32_t access;
 };
 
 struct rdmap_stream_cfg {
 	bool crc;
 	uint16_t ird, ord;
 	uint32_t mulpdu;          /* largest ULPDU to send */
+	/* This end is the MPA Responder: it sends nothing until the first
+	 * FPDU has arrived (RFC 5044 7.1.2, whatever the RTR). */
+	bool responder;
 	enum rdmap_rtr { RDMAP_RTR_NONE, RDMAP_RTR_SEND_WRITE,
 			 RDMAP_RTR_SEND_READ, RDMAP_RTR_EXPECT } rtr;
 };
@@ -182,6 +197,13 @@ enum rdmap_qp_state rdmap_qp_state(const struct rdmap_qp *qp);
 /* The QP's counters (cfg->stats, or its own); never NULL. Read each field
  * with a relaxed atomic load, from any thread. */
 const struct rdmap_qp_stats *rdmap_qp_stats(const struct rdmap_qp *qp);
+
+/*
+ * Change what the peer may do through the QP (rdmap_qp_cfg.access), at
+ * any time and from any thread: segments whose header is checked from
+ * then on see the new rights (a WRITE already being placed finishes).
+ */
+void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access);
 
 /*
  * Engine side. rx_want fills up to cap (>= RDMAP_MAX_SGE + 1) iovecs

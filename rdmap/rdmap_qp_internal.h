@@ -90,6 +90,8 @@ struct rdmap_qp {
 	struct rdmap_qp_cfg cfg;
 	struct rdmap_stream_cfg s;
 	_Atomic int state;        /* enum rdmap_qp_state */
+	_Atomic uint32_t access;  /* RDMAP_ACC_REMOTE_*: cfg.access, then
+				   * rdmap_qp_set_access() */
 
 	struct rdmap_ring sq, rq;
 	struct sq_meta *meta;
@@ -178,8 +180,10 @@ void qp_complete_recv(struct rdmap_qp *qp, enum rdmap_wc_status st,
 bool qp_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st);
 
 /* Enter ERROR (once): flush every WR, the oldest unfinished SQ WR with
- * first_status, and report term through ops->fatal. Idempotent. */
-void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
+ * first_status (and term as vendor_err unless RDMAP_TERM_NONE), and
+ * report term (a Terminate code or RDMAP_TERM_NONE) through ops->fatal.
+ * Idempotent. */
+void qp_enter_error(struct rdmap_qp *qp, int term,
 		    enum rdmap_wc_status first_status);
 
 /* A fault found locally: queue a Terminate for it (unless one was sent
@@ -188,10 +192,11 @@ void qp_enter_error(struct rdmap_qp *qp, uint16_t term,
 void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
 	      const uint8_t *seg, size_t seg_avail, uint16_t seg_len);
 
-/* The peer's Terminate with code term (0 if unreadable) arrived: enter
- * ERROR, the oldest unfinished WR failing as the code says, and never
- * answer with a Terminate of our own. */
-void qp_peer_terminated(struct rdmap_qp *qp, uint16_t term);
+/* The peer's Terminate with code term arrived (RDMAP_TERM_NONE if it
+ * carried no readable code): enter ERROR, the oldest unfinished WR
+ * failing as the code says, and never answer with a Terminate of our
+ * own. */
+void qp_peer_terminated(struct rdmap_qp *qp, int term);
 
 /* The iovecs covering [off, off + len) of the scatter list src[0..nsrc);
  * writes at most nsrc of them to out and returns their number. */

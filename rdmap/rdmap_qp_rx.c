@@ -90,9 +90,28 @@ static enum rx_state rx_tagged(struct rdmap_qp *qp, uint32_t plen,
 	return RX_PAYLOAD;
 }
 
-/* RDMA Write: into any MR of ours with remote write access. */
+/*
+ * The QP-level right (verbs qp_access_flags) for what the peer asks:
+ * RDMAP_ACC_REMOTE_WRITE for a WRITE, RDMAP_ACC_REMOTE_READ for a Read
+ * Request. Checked before the MR, and so before anything is placed or
+ * read. RFC 5040 section 7 names the refusal: RDMAP remote protection
+ * error "Access rights violation" (0x0102), the code an MR without the
+ * right gets too. Only messages that move octets are checked: a
+ * zero-length WRITE or Read (the RFC 6581 RTRs, wisp's nudges) touches
+ * no memory, and RFC 5041 5.2 leaves such a tagged segment unchecked.
+ */
+static bool rx_qp_allows(const struct rdmap_qp *qp, uint32_t acc)
+{
+	return (atomic_load_explicit(&qp->access, memory_order_relaxed) &
+		acc) == acc;
+}
+
+/* RDMA Write: into any MR of ours with remote write access, on a QP
+ * that allows remote writes. */
 static enum rx_state rx_write(struct rdmap_qp *qp, uint32_t plen)
 {
+	if (plen && !rx_qp_allows(qp, RDMAP_ACC_REMOTE_WRITE))
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS));
 	return rx_tagged(qp, plen, RDMAP_ACC_REMOTE_WRITE);
 }
 
@@ -268,6 +287,8 @@ static enum rx_state rx_read_req(struct rdmap_qp *qp, uint32_t plen)
 	if (plen)
 		return rx_fault(qp,
 				rdmap_fault_rdmap(RDMAP_ERR_OP_UNSPECIFIED));
+	if (rr->size && !rx_qp_allows(qp, RDMAP_ACC_REMOTE_READ))
+		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS));
 	if (rr->size) {
 		enum rdmap_mr_check c;
 
@@ -312,14 +333,19 @@ static void place_term(struct rdmap_qp *qp, uint32_t poff,
 	qp->term_have = poff + (uint32_t)len;
 }
 
+/* The peer's Terminate: its code explains the failure even when the
+ * headers it quotes are malformed (rdmap_term_parse() keeps the code
+ * then); only a body too short to hold the code has none. */
 static void end_term(struct rdmap_qp *qp, uint32_t plen)
 {
 	struct rdmap_terminate t;
-	uint16_t term = 0;
+	int term = RDMAP_TERM_NONE;
+	int ret;
 
 	(void)plen;
 	qp->rx_msn[RDMAP_QN_TERMINATE]++;
-	if (rdmap_term_parse(qp->term_buf, qp->term_have, &t) >= 0)
+	ret = rdmap_term_parse(qp->term_buf, qp->term_have, &t);
+	if (ret >= 0 || (ret == -EPROTO && qp->term_have >= RDMAP_TERM_CTRL_LEN))
 		term = t.term;
 	qp_stat_term(qp, false, term);
 	qp_peer_terminated(qp, term);

@@ -267,8 +267,8 @@ static int tx_start(struct rdmap_qp *qp)
 		m->status = (uint8_t)st;
 		qp->sq_txpos++;
 		qp_sq_advance(qp);
-		qp_enter_error(qp, rdmap_error_term(RDMAP_ERR_LOCAL_CATASTROPHIC),
-			    RDMAP_WC_WR_FLUSH_ERR);
+		/* A local error: no Terminate is sent. */
+		qp_enter_error(qp, RDMAP_TERM_NONE, RDMAP_WC_WR_FLUSH_ERR);
 		return 0;
 	}
 	c->active = true;
@@ -292,8 +292,8 @@ static int tx_start(struct rdmap_qp *qp)
 		m->done = true;
 		m->status = RDMAP_WC_LOC_LEN_ERR;
 		qp_sq_advance(qp);
-		qp_enter_error(qp, rdmap_error_term(RDMAP_ERR_LOCAL_CATASTROPHIC),
-			    RDMAP_WC_WR_FLUSH_ERR);
+		/* A local error: no Terminate is sent. */
+		qp_enter_error(qp, RDMAP_TERM_NONE, RDMAP_WC_WR_FLUSH_ERR);
 		return 0;
 	}
 	return 1;

@@ -156,67 +156,144 @@ int rdmap_term_build(const struct rdmap_terminate *t, uint8_t *buf,
 }
 
 /*
- * Decode a Terminate body of exactly len octets into t. Returns len;
- * -EINVAL on NULL; -EPROTO if the body is shorter than its Hdrct bits
- * promise or longer than what they describe (which is also how a quoted
- * DDP header of the wrong length for its T bit shows). The reserved bits
- * are not checked. Never reads past buf + len.
+ * The headers that follow the Terminate Control word, as the Hdrct bits
+ * hdrct (RDMAP_TERM_HDRCT_*) describe them, into t. Returns 0, or
+ * -EPROTO if the octets are fewer or more than hdrct describes.
+ */
+static int term_body(struct wisp_cur *c, unsigned int hdrct,
+		     struct rdmap_terminate *t)
+{
+	uint16_t seg_len;
+	uint8_t ctl0;
+
+	if (hdrct & (RDMAP_TERM_HDRCT_M | RDMAP_TERM_HDRCT_D)) {
+		if (!wisp_cur_be16(c, &seg_len))
+			return -EPROTO;
+		if (hdrct & RDMAP_TERM_HDRCT_M) {
+			t->has_seg_len = true;
+			t->seg_len = seg_len;
+		}
+	}
+	if (hdrct & RDMAP_TERM_HDRCT_D) {
+		size_t hlen;
+
+		/* The quoted header's own T bit says how long it is. */
+		if (!wisp_cur_peek_u8(c, &ctl0))
+			return -EPROTO;
+		hlen = ddp_hdr_len((ctl0 & DDP_CTRL_T) != 0);
+		if (!wisp_cur_bytes(c, t->ddp_hdr, hlen))
+			return -EPROTO;
+		t->has_ddp_hdr = true;
+		t->ddp_hdr_len = (uint8_t)hlen;
+	}
+	if (hdrct & RDMAP_TERM_HDRCT_R) {
+		/*
+		 * Linux siw means R for every RDMAP remote protection error
+		 * but appends only the DDP header unless the faulting
+		 * message was a Read Request (siw_send_terminate()). Accept
+		 * exactly that shape (R, nothing left, quoted header not a
+		 * Read Request) as "no RDMA header"; anything else short is
+		 * malformed. (On little-endian hosts siw's R is not where
+		 * RFC 5040 puts it: see siw_layout() below.)
+		 */
+		if (c->left == 0 && t->has_ddp_hdr &&
+		    !term_ddp_hdr_is_read_req(t->ddp_hdr, t->ddp_hdr_len))
+			return 0;
+		if (!wisp_cur_bytes(c, t->rdma_hdr, RDMAP_READ_REQ_LEN))
+			return -EPROTO;
+		t->has_rdma_hdr = true;
+		t->rdma_hdr_len = RDMAP_READ_REQ_LEN;
+	}
+	return c->left == 0 ? 0 : -EPROTO;
+}
+
+/*
+ * Linux siw writes the Terminate Control word through a C bitfield
+ * struct (iwarp.h, struct iwarp_terminate). On a little-endian host
+ * (x86, arm64) the compiler lays it out from the least significant bit
+ * of a little-endian word, so on the wire, read as RFC 5040 reads it:
+ *   octet 0  EType in the high nibble, Layer in the low one (swapped);
+ *   octet 1  the error code, where it belongs;
+ *   octet 2  M in bit 0, D in bit 1, R in bit 2: all in what RFC 5040
+ *            calls Reserved (control word bits 0x100, 0x200, 0x400),
+ *            while the Hdrct bits (0xe000) read 000;
+ *   octet 3  zero.
+ * The headers then follow as siw's own bits say. A sender that follows
+ * the RFC leaves Reserved zero, so Hdrct 000 with only those Reserved
+ * bits set, and a body of exactly the length they describe, is siw's
+ * layout and nothing else. (A siw Terminate without headers, Hdrct and
+ * those bits all zero, cannot be told apart from an RFC one: it is read
+ * as sent.)
+ */
+#define SIW_TERM_M        0x0100u
+#define SIW_TERM_D        0x0200u
+#define SIW_TERM_R        0x0400u
+#define TERM_RESERVED     0x1fffu
+
+static bool siw_layout(uint32_t ctrl)
+{
+	uint32_t siw = SIW_TERM_M | SIW_TERM_D | SIW_TERM_R;
+
+	return ((ctrl >> TERM_HDRCT_SHIFT) & TERM_HDRCT_MASK) == 0 &&
+	       (ctrl & TERM_RESERVED & ~siw) == 0 && (ctrl & siw) != 0;
+}
+
+static unsigned int siw_hdrct(uint32_t ctrl)
+{
+	return (ctrl & SIW_TERM_M ? RDMAP_TERM_HDRCT_M : 0) |
+	       (ctrl & SIW_TERM_D ? RDMAP_TERM_HDRCT_D : 0) |
+	       (ctrl & SIW_TERM_R ? RDMAP_TERM_HDRCT_R : 0);
+}
+
+/* The code siw meant: its octet 0 with the nibbles swapped back. */
+static uint16_t siw_term(uint32_t ctrl)
+{
+	unsigned int o0 = (ctrl >> 24) & 0xff;
+
+	return (uint16_t)((o0 & 0xf) << 12 | (o0 >> 4) << 8 |
+			  ((ctrl >> 16) & 0xff));
+}
+
+/*
+ * Decode a Terminate body of exactly len octets into t. Returns len,
+ * with t filled: as RFC 5040 4.8 lays it out, or, when the octets are
+ * recognisably Linux siw's little-endian layout (siw_layout()), as siw
+ * meant them, with t->siw_layout set. Returns -EPROTO if len is short of
+ * the Terminate Control word (t untouched), or if the headers are not
+ * what the Hdrct bits describe in either layout: then t holds the code
+ * as sent and no header, since the code alone still explains why the
+ * peer gave up. -EINVAL on NULL. The reserved bits are not checked
+ * otherwise. Never reads past buf + len.
  */
 int rdmap_term_parse(const uint8_t *buf, size_t len,
 		     struct rdmap_terminate *t)
 {
 	struct wisp_cur c = wisp_cur_init(buf, len);
 	struct rdmap_terminate tmp = { 0 };
-	unsigned int hdrct;
+	struct wisp_cur body;
 	uint32_t ctrl;
-	uint16_t seg_len;
-	uint8_t ctl0;
-	size_t hlen;
 
 	if (!buf || !t)
 		return -EINVAL;
 	if (!wisp_cur_be32(&c, &ctrl))
 		return -EPROTO;
+	body = c;
 	tmp.term = (uint16_t)(ctrl >> TERM_CODE_SHIFT);
-	hdrct = (ctrl >> TERM_HDRCT_SHIFT) & TERM_HDRCT_MASK;
-
-	if (hdrct & (RDMAP_TERM_HDRCT_M | RDMAP_TERM_HDRCT_D)) {
-		if (!wisp_cur_be16(&c, &seg_len))
-			return -EPROTO;
-		if (hdrct & RDMAP_TERM_HDRCT_M) {
-			tmp.has_seg_len = true;
-			tmp.seg_len = seg_len;
+	if (term_body(&c, (ctrl >> TERM_HDRCT_SHIFT) & TERM_HDRCT_MASK,
+		      &tmp) == 0) {
+		*t = tmp;
+		return (int)len;
+	}
+	if (siw_layout(ctrl)) {
+		tmp = (struct rdmap_terminate){ .term = siw_term(ctrl),
+						.siw_layout = true };
+		if (term_body(&body, siw_hdrct(ctrl), &tmp) == 0) {
+			*t = tmp;
+			return (int)len;
 		}
 	}
-	if (hdrct & RDMAP_TERM_HDRCT_D) {
-		/* The quoted header's own T bit says how long it is. */
-		if (!wisp_cur_peek_u8(&c, &ctl0))
-			return -EPROTO;
-		hlen = ddp_hdr_len((ctl0 & DDP_CTRL_T) != 0);
-		if (!wisp_cur_bytes(&c, tmp.ddp_hdr, hlen))
-			return -EPROTO;
-		tmp.has_ddp_hdr = true;
-		tmp.ddp_hdr_len = (uint8_t)hlen;
-	}
-	if (hdrct & RDMAP_TERM_HDRCT_R) {
-		/*
-		 * Linux siw sets R for every RDMAP remote protection error
-		 * but appends only the DDP header unless the faulting
-		 * message was a Read Request. Accept exactly that shape
-		 * (R, nothing left, quoted header not a Read Request) as
-		 * "no RDMA header"; anything else short is malformed.
-		 */
-		if (c.left == 0 && tmp.has_ddp_hdr &&
-		    !term_ddp_hdr_is_read_req(tmp.ddp_hdr, tmp.ddp_hdr_len))
-			goto done;
-		if (!wisp_cur_bytes(&c, tmp.rdma_hdr, RDMAP_READ_REQ_LEN))
-			return -EPROTO;
-		tmp.has_rdma_hdr = true;
-		tmp.rdma_hdr_len = RDMAP_READ_REQ_LEN;
-	}
-done:
-	if (c.left != 0)
-		return -EPROTO;
-	*t = tmp;
-	return (int)len;
+	*t = (struct rdmap_terminate){
+		.term = (uint16_t)(ctrl >> TERM_CODE_SHIFT),
+	};
+	return -EPROTO;
 }

@@ -491,3 +491,94 @@ Test(errors, close_while_peer_polls, .timeout = 60)
 	free(rb);
 	dp_teardown(&p, &defaults);
 }
+
+/*
+ * QP access flags are enforced: b's QP (connected, RTS) drops
+ * IBV_ACCESS_REMOTE_WRITE with ibv_modify_qp(IBV_QP_ACCESS_FLAGS), as
+ * verbs allow in RTS. A WRITE into an MR that itself grants remote write
+ * is then refused with the Terminate "Access rights violation" (RDMAP
+ * remote protection, 0x0102), nothing is placed, both QPs fail.
+ */
+Test(errors, qp_without_remote_write, .timeout = 60)
+{
+	struct ibv_qp_attr a = { .qp_access_flags = IBV_ACCESS_REMOTE_READ };
+	struct ibv_qp_init_attr ia;
+	struct dp_pair p;
+	uint8_t *buf;
+	struct ibv_mr *mr;
+
+	dp_setup(&p, &defaults);
+	cr_assert_eq(ibv_modify_qp(p.b.qp, &a, IBV_QP_ACCESS_FLAGS), 0);
+	memset(&a, 0, sizeof(a));
+	cr_assert_eq(ibv_query_qp(p.b.qp, &a, IBV_QP_ACCESS_FLAGS, &ia), 0);
+	cr_assert_eq(a.qp_access_flags, IBV_ACCESS_REMOTE_READ);
+	/* Not in a transition that takes it (IBTA: to ERR takes nothing). */
+	a.qp_state = IBV_QPS_ERR;
+	cr_assert_eq(ibv_modify_qp(p.b.qp, &a,
+				   IBV_QP_STATE | IBV_QP_ACCESS_FLAGS), EINVAL);
+	buf = calloc(1, 4096);
+	mr = ibv_reg_mr(p.b.pd, buf, 4096, DP_ALL_ACCESS);
+	cr_assert_not_null(mr);
+	remote_fault(&p, IBV_WR_RDMA_WRITE, (uintptr_t)buf + 100, mr->rkey,
+		     100, 0x0102, "WRITE to a QP without REMOTE_WRITE");
+	for (int i = 0; i < 4096; i++)
+		cr_assert_eq(buf[i], 0, "octet %d untouched", i);
+	ibv_dereg_mr(mr);
+	free(buf);
+	dp_teardown(&p, &defaults);
+}
+
+/*
+ * A Terminate with code 0x0000 (RDMAP local catastrophic error, a real
+ * code) raises IBV_EVENT_QP_FATAL like any other. b's posted receive
+ * names an MR deregistered since: the Send that needs it fails b with
+ * that Terminate (its receive completes LOC_PROT_ERR); a READ queued
+ * behind a's Send carries the verdict (FATAL_ERR, vendor_err 0).
+ */
+Test(errors, terminate_code_zero_is_fatal, .timeout = 60)
+{
+	struct dp_pair p;
+	uint8_t *la, *rb;
+	struct ibv_mr *mla, *mrb;
+	struct ibv_wc wc;
+
+	dp_setup(&p, &defaults);
+	mla = dp_mr(p.a.pd, 4096, DP_ALL_ACCESS, &la);
+	mrb = dp_mr(p.b.pd, 256, IBV_ACCESS_LOCAL_WRITE, &rb);
+	post_recv(p.b.qp, mrb, rb, 256, 200);
+	cr_assert_eq(ibv_dereg_mr(mrb), 0);
+	{
+		struct ibv_sge s1 = { (uintptr_t)la, 64, mla->lkey };
+		struct ibv_sge s2 = { (uintptr_t)la + 1024, 16, mla->lkey };
+		struct ibv_send_wr w2 = { .wr_id = 2, .sg_list = &s2,
+					  .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_READ,
+					  .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr w1 = { .wr_id = 1, .sg_list = &s1,
+					  .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED,
+					  .next = &w2 }, *bad;
+
+		w2.wr.rdma.remote_addr = (uintptr_t)la + 2048;
+		w2.wr.rdma.rkey = mla->rkey;     /* any: never answered */
+		cr_assert_eq(ibv_post_send(p.a.qp, &w1, &bad), 0);
+	}
+	wc = dp_wait1(p.b.rcq);
+	cr_assert_eq(wc.wr_id, 200);
+	cr_assert_eq(wc.status, IBV_WC_LOC_PROT_ERR, "got %s",
+		     ibv_wc_status_str(wc.status));
+	wc = dp_wait1(p.a.scq);
+	if (wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS)
+		wc = dp_wait1(p.a.scq);
+	cr_assert_eq(wc.status, IBV_WC_FATAL_ERR, "got %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_eq(wc.vendor_err, 0);
+	wait_error(p.a.qp);
+	wait_error(p.b.qp);
+	expect_async(p.b.ctx, IBV_EVENT_QP_FATAL, p.b.qp);
+	expect_async(p.a.ctx, IBV_EVENT_QP_FATAL, p.a.qp);
+	ibv_dereg_mr(mla);
+	free(la);
+	free(rb);
+	dp_teardown(&p, &defaults);
+}

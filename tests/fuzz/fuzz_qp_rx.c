@@ -8,7 +8,8 @@
  *
  * Input: octet 0 is the configuration (bit 0 CRC, bit 1 a posted receive
  * of 3 SGEs rather than 1, bits 2-3 the chunk size the stream is cut
- * into); the rest is the TCP byte stream after the MPA exchange.
+ * into, bit 4 a QP that grants no remote access); the rest is the TCP
+ * byte stream after the MPA exchange.
  *
  * Checks (beyond ASan / UBSan): placement never writes outside the
  * registered buffers: their guard zones are poisoned for ASan, so the
@@ -89,6 +90,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	s.crc = data[0] & 1;
 	chunk = chunks[(data[0] >> 2) & 3];
+	/* 0x10: the QP grants no remote access (qp_access_flags 0), so
+	 * every WRITE and Read Request with octets must be refused. */
+	cfg.access = data[0] & 0x10 ? 0 : RDMAP_ACC_REMOTE_WRITE |
+					  RDMAP_ACC_REMOTE_READ;
 	data++;
 	size--;
 
@@ -174,6 +179,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	rdmap_qp_stream_ended(qp, 0);
 	check_guards();
+	/* No right to write: buffer 0 (no receive lies there) is as it was. */
+	if (!cfg.access)
+		for (int i = 0; i < BUF; i++)
+			if (mem[0][GUARD + i] != 0xa5)
+				abort();
 	rdmap_qp_destroy(qp);
 	rdmap_stag_table_fini(&t);
 	return 0;

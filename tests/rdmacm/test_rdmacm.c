@@ -1301,3 +1301,95 @@ Test(rdmacm, rev1_established_reports_ird_in_force)
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 }
+
+/*
+ * RFC 5044 7.1.2, rule 4: the MPA Responder "MUST receive and validate
+ * at least one FPDU before sending any FPDUs", in the client-server model
+ * too (MPA rev 1, or rev 2 without peer-to-peer). A server that posts a
+ * SEND right after ESTABLISHED therefore waits for the client: its SEND
+ * neither arrives nor completes while the client is silent, and goes out
+ * as soon as the client's first message arrives.
+ */
+static void responder_waits_for_client(int rev)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param cp = { .responder_resources = 1,
+				      .initiator_depth = 1 };
+	char s_out[16] = "server first", s_in[16] = "";
+	char c_out[16] = "client", c_in[16] = "";
+	struct ibv_mr *s_omr, *s_imr, *c_omr, *c_imr;
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	struct ibv_wc wc;
+	int p2p = 0;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_MPA_REV,
+				     &rev, sizeof(rev)), 0);
+	if (rev == 2)
+		cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL,
+					     WISP_OPT_P2P, &p2p, sizeof(p2p)),
+			     0);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &cp), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	make_qp(sv);
+	s_omr = rdma_reg_msgs(sv, s_out, sizeof(s_out));
+	s_imr = rdma_reg_msgs(sv, s_in, sizeof(s_in));
+	c_omr = rdma_reg_msgs(cl, c_out, sizeof(c_out));
+	c_imr = rdma_reg_msgs(cl, c_in, sizeof(c_in));
+	cr_assert(s_omr && s_imr && c_omr && c_imr);
+	cr_assert_eq(rdma_post_recv(sv, NULL, s_in, sizeof(s_in), s_imr), 0);
+	cr_assert_eq(rdma_accept(sv, &cp), 0);
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED,
+				       WAIT_MS));
+	/* The server sends at once. */
+	cr_assert_eq(rdma_post_send(sv, NULL, s_out, sizeof(s_out), s_omr,
+				    IBV_SEND_SIGNALED), 0);
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ESTABLISHED,
+				       WAIT_MS));
+	cr_assert_eq(rdma_post_recv(cl, NULL, c_in, sizeof(c_in), c_imr), 0);
+	/* The client stays silent for 200 ms: nothing arrives, the server's
+	 * SEND is still outstanding. */
+	usleep(200 * 1000);
+	cr_assert_eq(ibv_poll_cq(cl->recv_cq, 1, &wc), 0,
+		     "the server's SEND arrived before the client sent");
+	cr_assert_eq(ibv_poll_cq(sv->send_cq, 1, &wc), 0,
+		     "the server's SEND completed before the client sent");
+	/* The client speaks: both messages arrive. */
+	cr_assert_eq(rdma_post_send(cl, NULL, c_out, sizeof(c_out), c_omr,
+				    IBV_SEND_SIGNALED), 0);
+	cr_assert_eq(rdma_get_recv_comp(sv, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_str_eq(s_in, "client");
+	cr_assert_eq(rdma_get_recv_comp(cl, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_str_eq(c_in, "server first");
+	cr_assert_eq(rdma_get_send_comp(sv, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	cr_assert_eq(rdma_get_send_comp(cl, &wc), 1);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+	rdma_dereg_mr(s_omr);
+	rdma_dereg_mr(s_imr);
+	rdma_dereg_mr(c_omr);
+	rdma_dereg_mr(c_imr);
+	tear_down(sch, cch, cl, sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, client_server_responder_waits_for_client_rev2)
+{
+	responder_waits_for_client(2);
+}
+
+Test(rdmacm, client_server_responder_waits_for_client_rev1)
+{
+	responder_waits_for_client(1);
+}

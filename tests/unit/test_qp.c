@@ -589,3 +589,300 @@ Test(qp, send_with_invalidate_refuses_another_pd_or_key)
 	cr_assert(atomic_load(&rr_mr[0].valid));
 	rr_qp_free(qp);
 }
+
+/* ---- QP access flags (verbs qp_access_flags) ---- */
+
+#define TERM_ACCESS   0x0102  /* RDMAP remote protection "Access rights
+			       * violation" (RFC 5040 7) */
+#define ACC_BOTH      (RDMAP_ACC_REMOTE_WRITE | RDMAP_ACC_REMOTE_READ)
+#define HDR_MAX_TEST  (DDP_UNTAGGED_HDR_LEN + RDMAP_READ_REQ_LEN)
+#define RTR_STAG_TEST 0x100   /* zero-length messages: never checked */
+
+static int acc_nfatal, acc_fatal_term;
+
+static void acc_fatal(void *arg, int term)
+{
+	(void)arg;
+	acc_nfatal++;
+	acc_fatal_term = term;
+}
+
+/* A started QP granting qp_access (responder: the MPA Responder, client-
+ * server model) with MR 0 granting every remote right and a receive of
+ * 64 octets into MR 1 posted (wr_id 9). */
+static struct rdmap_qp *acc_qp(uint32_t qp_access, bool responder)
+{
+	static const struct rdmap_qp_ops o = { .complete = rr_complete,
+					       .fatal = acc_fatal };
+	struct rdmap_qp_cfg cfg = { .pd = RR_PD, .stags = &g_t, .ops = &o,
+				    .sq_size = 4, .rq_size = 4,
+				    .access = qp_access };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024,
+				      .responder = responder };
+	struct rdmap_recv_wr *r;
+	struct rdmap_qp *qp;
+
+	memset(rr_mem, RR_FILL, sizeof(rr_mem));
+	rr_ncqe = 0;
+	acc_nfatal = 0;
+	acc_fatal_term = 0x7777;
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	for (int i = 0; i < 2; i++) {
+		rr_mr[i] = (struct rdmap_mr){
+			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
+			.length = sizeof(rr_mem[i]),
+			.access = RDMAP_ACC_LOCAL_WRITE |
+				  (i == 0 ? ACC_BOTH : 0),
+			.pd = RR_PD,
+		};
+		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
+	}
+	qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	r = rdmap_ring_slot(rdmap_qp_rq(qp), 0);
+	memset(r, 0, sizeof(*r));
+	r->wr_id = 9;
+	r->num_sge = 1;
+	r->sge[0] = (struct rdmap_sge){ rr_mr[1].iova, 64, rr_mr[1].stag };
+	r->length = 64;
+	atomic_store(&rdmap_qp_rq(qp)->tail, 1);
+	return qp;
+}
+
+/* Feed one FPDU (CRC off): header h, then len octets of 0x10, 0x11... */
+static void feed_msg(struct rdmap_qp *qp, const struct rdmap_hdr *h,
+		     uint32_t len)
+{
+	uint8_t ulpdu[HDR_MAX_TEST + 256], fpdu[512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	cr_assert_leq(len, 256);
+	hl = rdmap_hdr_build(h, ulpdu, HDR_MAX_TEST);
+	cr_assert_gt(hl, 0);
+	for (uint32_t i = 0; i < len; i++)
+		ulpdu[hl + (int)i] = (uint8_t)(0x10 + i);
+	mpa_tx_init(&tx, false, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, fpdu, sizeof(fpdu));
+	cr_assert_gt(n, 0);
+	feed(qp, fpdu, (size_t)n);
+}
+
+static void feed_write(struct rdmap_qp *qp, uint64_t to, uint32_t len)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+
+	h.ddp.tagged = true;
+	h.ddp.last = true;
+	h.ddp.t.stag = len ? rr_mr[0].stag : RTR_STAG_TEST;
+	h.ddp.t.to = to;
+	feed_msg(qp, &h, len);
+}
+
+static void feed_read_req(struct rdmap_qp *qp, uint64_t src_to, uint32_t size)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_REQ };
+
+	h.ddp.last = true;
+	h.ddp.u.msn = 1;
+	h.rreq.sink_stag = 0x4242;
+	h.rreq.sink_to = 0x9000;
+	h.rreq.size = size;
+	h.rreq.src_stag = size ? rr_mr[0].stag : RTR_STAG_TEST;
+	h.rreq.src_to = src_to;
+	feed_msg(qp, &h, 0);
+}
+
+Test(qp, write_refused_without_remote_write_on_the_qp)
+{
+	/* The MR allows remote writes; the QP (qp_access_flags) does not. */
+	struct rdmap_qp *qp = acc_qp(RDMAP_ACC_REMOTE_READ, false);
+
+	feed_write(qp, rr_mr[0].iova + RR_SINK, 32);
+	expect_terminate(qp, TERM_ACCESS, DDP_TAGGED_HDR_LEN);
+	rr_expect_mem(0);
+	cr_assert_eq(acc_nfatal, 1);
+	cr_assert_eq(acc_fatal_term, TERM_ACCESS);
+	rr_qp_free(qp);
+
+	/* Granted, the same WRITE is placed. */
+	qp = acc_qp(ACC_BOTH, false);
+	feed_write(qp, rr_mr[0].iova + RR_SINK, 32);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	for (uint32_t i = 0; i < 32; i++)
+		cr_assert_eq(rr_mem[0][RR_SINK + i], (uint8_t)(0x10 + i));
+	rr_qp_free(qp);
+}
+
+Test(qp, read_request_refused_without_remote_read_on_the_qp)
+{
+	struct rdmap_qp *qp = acc_qp(RDMAP_ACC_REMOTE_WRITE, false);
+	uint8_t b[256];
+	struct rdmap_terminate t;
+	struct rdmap_fault f;
+	struct rdmap_hdr h;
+	unsigned int ulen;
+	size_t n;
+	int hl;
+
+	memset(rr_mem[0] + RR_SINK, 0x3c, 32);  /* what a Read would send */
+	feed_read_req(qp, rr_mr[0].iova + RR_SINK, 32);
+	/* One FPDU out, the Terminate: no Read Response, no octet read. */
+	n = drain(qp, b, sizeof(b));
+	cr_assert_geq(n, 2);
+	ulen = (unsigned int)(b[0] << 8 | b[1]);
+	cr_assert_eq(n, (2 + ulen + 3) / 4 * 4 + 4, "one FPDU, %zu octets", n);
+	hl = rdmap_hdr_parse(b + 2, ulen, &h, &f);
+	cr_assert_gt(hl, 0);
+	cr_assert_eq(h.opcode, RDMAP_OP_TERMINATE);
+	cr_assert_eq(rdmap_term_parse(b + 2 + hl, ulen - (unsigned int)hl, &t),
+		     (int)(ulen - (unsigned int)hl));
+	cr_assert_eq(t.term, TERM_ACCESS, "Terminate %#06x", t.term);
+	/* RFC 5040 figure 10: the Read Request's own header is quoted. */
+	cr_assert(t.has_ddp_hdr && t.has_rdma_hdr);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
+	cr_assert_eq(acc_fatal_term, TERM_ACCESS);
+	rr_qp_free(qp);
+}
+
+Test(qp, zero_length_rtr_messages_need_no_qp_access)
+{
+	/* The RFC 6581 RTRs touch no memory: a QP that grants nothing
+	 * takes a zero-length WRITE and answers a zero-length Read. */
+	struct rdmap_qp *qp = acc_qp(0, false);
+	uint8_t b[256];
+
+	feed_write(qp, 0, 0);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	feed_read_req(qp, 0, 0);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	/* the zero-length Read Response: tagged, Last, opcode 2 */
+	expect_fpdu(b, drain(qp, b, sizeof(b)), 14, 0xc1, 0x42);
+	cr_assert_eq(acc_nfatal, 0);
+	rr_qp_free(qp);
+}
+
+Test(qp, access_changed_after_start_applies_to_the_next_segment)
+{
+	struct rdmap_qp *qp = acc_qp(0, false);
+
+	rdmap_qp_set_access(qp, RDMAP_ACC_REMOTE_WRITE);
+	feed_write(qp, rr_mr[0].iova + RR_SINK, 16);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+	cr_assert_eq(rr_mem[0][RR_SINK], 0x10);
+	rdmap_qp_set_access(qp, RDMAP_ACC_REMOTE_READ);
+	feed_write(qp, rr_mr[0].iova + RR_SINK + 100, 16);
+	expect_terminate(qp, TERM_ACCESS, DDP_TAGGED_HDR_LEN);
+	cr_assert_eq(rr_mem[0][RR_SINK + 100], RR_FILL, "placed anyway");
+	rr_qp_free(qp);
+}
+
+/* ---- RFC 5044 7.1.2: a Responder sends nothing before an FPDU ---- */
+
+/* Post an inline SEND of 8 octets (wr_id 5) on qp. */
+static void post_send8(struct rdmap_qp *qp)
+{
+	struct rdmap_send_wr *w = rdmap_ring_slot(rdmap_qp_sq(qp), 0);
+
+	memset(w, 0, sizeof(*w));
+	w->wr_id = 5;
+	w->opcode = RDMAP_WR_SEND;
+	w->flags = RDMAP_WR_SIGNALED | RDMAP_WR_INLINE;
+	w->length = 8;
+	memset(w->inline_data, 0x77, 8);
+	atomic_store(&rdmap_qp_sq(qp)->tail, 1);
+}
+
+/* A Send (untagged, Last, opcode 3): 18 + 8 octets. */
+#define SEND8_FPDU 26, 0x41, 0x43
+
+Test(qp, client_server_responder_holds_its_first_send)
+{
+	struct rdmap_qp *qp = acc_qp(ACC_BOTH, true);
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_SEND };
+	uint8_t b[256];
+
+	/* The server posts first: nothing may leave before the client's
+	 * first FPDU. */
+	post_send8(qp);
+	cr_assert_not(rdmap_qp_tx_pending(qp));
+	cr_assert_eq(drain(qp, b, sizeof(b)), 0, "sent before any FPDU");
+	/* The client's first message arrives: the held Send goes out. */
+	h.ddp.last = true;
+	h.ddp.u.msn = 1;
+	feed_msg(qp, &h, 4);
+	cr_assert(rdmap_qp_tx_pending(qp));
+	expect_fpdu(b, drain(qp, b, sizeof(b)), SEND8_FPDU);
+	cr_assert_eq(rr_ncqe, 2, "the receive and the SEND completed");
+	rr_qp_free(qp);
+
+	/* The initiator is not held. */
+	qp = acc_qp(ACC_BOTH, false);
+	post_send8(qp);
+	expect_fpdu(b, drain(qp, b, sizeof(b)), SEND8_FPDU);
+	rr_qp_free(qp);
+}
+
+/* ---- the peer's Terminate: code 0 is a code; siw's layout ---- */
+
+/* Feed a Terminate whose body is body[0..len). */
+static void feed_term(struct rdmap_qp *qp, const uint8_t *body, size_t len)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_TERMINATE };
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN], fpdu[256];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.last = true;
+	h.ddp.u.msn = 1;
+	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
+	memcpy(ulpdu + hl, body, len);
+	mpa_tx_init(&tx, false, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, fpdu, sizeof(fpdu));
+	cr_assert_gt(n, 0);
+	feed(qp, fpdu, (size_t)n);
+}
+
+Test(qp, terminate_code_zero_is_a_terminate)
+{
+	/* RDMAP local catastrophic error, 0x0000, no header. */
+	static const uint8_t body[4] = { 0 };
+	struct rdmap_qp *qp = acc_qp(ACC_BOTH, false);
+
+	feed_term(qp, body, sizeof(body));
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
+	cr_assert_eq(acc_nfatal, 1);
+	cr_assert_eq(acc_fatal_term, 0, "fatal(%d): the code", acc_fatal_term);
+	rr_qp_free(qp);
+
+	/* The stream merely ending is no Terminate. */
+	qp = acc_qp(ACC_BOTH, false);
+	rdmap_qp_stream_ended(qp, 0);
+	cr_assert_eq(acc_nfatal, 1);
+	cr_assert_eq(acc_fatal_term, RDMAP_TERM_NONE);
+	rr_qp_free(qp);
+}
+
+Test(qp, siw_terminate_explains_the_read)
+{
+	/* What Linux siw (x86) sends when it refuses our Read Request's
+	 * source: RDMAP remote protection, access rights, written through
+	 * its little-endian bitfield: Layer and EType swapped in octet 0,
+	 * M D R in octet 2's low bits, then the Read Request quoted. */
+	struct rdmap_qp *qp = rr_qp();
+	struct rdmap_hdr rq = { .opcode = RDMAP_OP_READ_REQ };
+	uint8_t body[RDMAP_TERM_MAX_LEN] = { 0x10, 0x02, 0x07, 0x00, 0, 0 };
+
+	rq.ddp.last = true;
+	rq.ddp.u.qn = RDMAP_QN_READ_REQ;
+	rq.ddp.u.msn = 1;
+	rq.rreq.size = RR_LEN;
+	cr_assert_eq(rdmap_hdr_build(&rq, body + 6, sizeof(body) - 6),
+		     DDP_UNTAGGED_HDR_LEN + RDMAP_READ_REQ_LEN);
+	feed_term(qp, body, sizeof(body));
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
+	rr_expect_wc(RDMAP_WC_REM_ACCESS_ERR, TERM_ACCESS);
+	rr_qp_free(qp);
+}

@@ -130,7 +130,7 @@ struct side {
 	struct rdmap_cqe xscq[MAX_CQE], xrcq[MAX_CQE];   /* expected */
 	int nxscq, nxrcq;
 	int nfatal;
-	uint16_t fatal_term;
+	int fatal_term;           /* a Terminate code, or RDMAP_TERM_NONE */
 
 	/* what tx_fill gives, cut into FPDUs */
 	uint8_t *frame;
@@ -201,7 +201,7 @@ static void on_complete(void *arg, const struct rdmap_cqe *c)
 	}
 }
 
-static void on_fatal(void *arg, uint16_t term)
+static void on_fatal(void *arg, int term)
 {
 	struct side *s = arg;
 
@@ -373,6 +373,7 @@ static void side_init(struct pair *p, int id, const struct rdmap_stream_cfg *sc)
 	struct rdmap_qp_cfg qc = {
 		.pd = id == A ? PD_A : PD_B, .ops = &ops, .ops_arg = s,
 		.sq_size = 32, .rq_size = 16,
+		.access = RDMAP_ACC_REMOTE_WRITE | RDMAP_ACC_REMOTE_READ,
 	};
 
 	s->p = p;

@@ -863,8 +863,10 @@ Test(rdmap, terminate_reserved_bits_ignored)
 
 Test(rdmap, terminate_siw_r_without_rdma_header)
 {
-	/* siw sets M D R for a protection error on a Send but appends only
-	 * the Send's DDP header: accepted as "no RDMA header". */
+	/* siw means M D R for a protection error on a Send but appends only
+	 * the Send's DDP header: accepted as "no RDMA header". (Here the
+	 * bits are where RFC 5040 puts them; how an x86 siw really sends
+	 * them is the terminate_siw_layout_* cases.) */
 	uint8_t body[4 + 2 + 18] = { 0x01, 0x02, 0xe0, 0x00, 0x00, 0x12 };
 	struct rdmap_terminate t;
 	uint8_t rr[4 + 2 + 18] = { 0x01, 0x02, 0xe0, 0x00, 0x00, 0x2e };
@@ -930,4 +932,138 @@ Test(rdmap, terminate_headers_follow_rfc5040_figure10)
 	rdmap_term_from_fault(&t, &f, seg, (size_t)n, (uint16_t)n);
 	cr_assert(!t.has_seg_len && !t.has_ddp_hdr && !t.has_rdma_hdr);
 	cr_assert_eq(t.term, 0x1000);
+}
+
+/* ---- Linux siw's Terminate layout ------------------------------------ */
+
+/*
+ * The Terminate Control word exactly as Linux siw (iwarp.h, struct
+ * iwarp_terminate, a C bitfield) puts it on the wire from a
+ * little-endian host: octet 0 = EType << 4 | Layer (the RFC has Layer in
+ * the high nibble), octet 1 = the code, octet 2 = M | D << 1 | R << 2
+ * (the RFC's Reserved bits; its Hdrct bits stay 000), octet 3 = 0. The
+ * headers follow as in siw_send_terminate(): for M, the DDP Segment
+ * Length (siw overwrites the quoted MPA length with it), then the header
+ * of the faulting message as received.
+ */
+static size_t siw_term(uint8_t layer, uint8_t etype, uint8_t code, bool m,
+		       bool d, bool r, const uint8_t *hdr, size_t hlen,
+		       uint16_t seg_len, uint8_t *out)
+{
+	out[0] = (uint8_t)(etype << 4 | layer);
+	out[1] = code;
+	out[2] = (uint8_t)((m ? 1 : 0) | (d ? 2 : 0) | (r ? 4 : 0));
+	out[3] = 0;
+	if (!m && !d && !r)
+		return 4;
+	out[4] = (uint8_t)(seg_len >> 8);
+	out[5] = (uint8_t)seg_len;
+	memcpy(out + 6, hdr, hlen);
+	return 6 + hlen;
+}
+
+Test(rdmap, terminate_siw_layout_read_request_protection)
+{
+	/* A Read Request whose source STag siw refused while building the
+	 * Read Response: RDMAP (0), remote protection (1), access rights
+	 * (2); M D R, the Read Request's DDP and RDMA headers (46). */
+	uint8_t b[RDMAP_TERM_MAX_LEN];
+	size_t n = siw_term(0, 1, 2, true, true, true, read_req,
+			    sizeof(read_req), 0, b);
+	struct rdmap_terminate t;
+
+	cr_assert_eq(n, RDMAP_TERM_MAX_LEN);
+	/* As RFC 5040 reads it: code 0x1002, Hdrct 000, 48 octets too many */
+	cr_assert_eq(b[0] >> 4, 1, "Layer reads DDP");
+	cr_assert_eq(term_parse_exact(b, n, &t), (int)n);
+	cr_assert(t.siw_layout);
+	cr_assert_eq(t.term, 0x0102, "term %#06x", t.term);
+	cr_assert(t.has_seg_len && t.has_ddp_hdr && t.has_rdma_hdr);
+	cr_assert_eq(t.ddp_hdr_len, DDP_UNTAGGED_HDR_LEN);
+	cr_assert_arr_eq(t.ddp_hdr, read_req, DDP_UNTAGGED_HDR_LEN);
+	cr_assert_arr_eq(t.rdma_hdr, read_req + 18, RDMAP_READ_REQ_LEN);
+}
+
+Test(rdmap, terminate_siw_layout_ddp_errors)
+{
+	uint8_t b[RDMAP_TERM_MAX_LEN], send[18];
+	struct rdmap_terminate t;
+	size_t n;
+
+	/* DDP (1) tagged (1) base or bounds (1) on a WRITE: M D, 14. */
+	n = siw_term(1, 1, 1, true, true, false, read_resp, 14, 100, b);
+	cr_assert_eq(term_parse_exact(b, n, &t), (int)n);
+	cr_assert(t.siw_layout);
+	cr_assert_eq(t.term, 0x1101);
+	cr_assert_eq(t.seg_len, 100);
+	cr_assert_eq(t.ddp_hdr_len, DDP_TAGGED_HDR_LEN);
+	cr_assert_not(t.has_rdma_hdr);
+
+	/* DDP (1) untagged (2) no buffer (2) on a Send: octet 0 is 0x21,
+	 * which RFC 5040 reads as LLP (2) type 1. */
+	build_op(RDMAP_OP_SEND, send, sizeof(send));
+	n = siw_term(1, 2, 2, true, true, false, send, 18, 64, b);
+	cr_assert_eq(b[0], 0x21);
+	cr_assert_eq(term_parse_exact(b, n, &t), (int)n);
+	cr_assert(t.siw_layout);
+	cr_assert_eq(t.term, 0x1202, "term %#06x", t.term);
+	cr_assert_eq(t.ddp_hdr_len, DDP_UNTAGGED_HDR_LEN);
+}
+
+Test(rdmap, terminate_siw_layout_send_inv_r_without_rdma_header)
+{
+	/* "STag cannot be invalidated" (0x0109) on a Send with Invalidate:
+	 * siw sets M D R and appends only the 18-octet DDP header. */
+	uint8_t b[RDMAP_TERM_MAX_LEN], hdr[18];
+	struct rdmap_terminate t;
+	size_t n;
+
+	build_op(RDMAP_OP_SEND_INV, hdr, sizeof(hdr));
+	n = siw_term(0, 1, 9, true, true, true, hdr, 18, 16, b);
+	cr_assert_eq(term_parse_exact(b, n, &t), (int)n);
+	cr_assert(t.siw_layout);
+	cr_assert_eq(t.term, 0x0109);
+	cr_assert(t.has_ddp_hdr);
+	cr_assert_not(t.has_rdma_hdr);
+}
+
+Test(rdmap, terminate_siw_layout_without_headers_reads_as_sent)
+{
+	/* No header: nothing tells siw's layout from the RFC's, so the code
+	 * is taken as it reads. RDMAP catastrophic, unspecified: the same
+	 * either way. LLP (2) type 0 CRC (2): reads RDMAP (0) type 2. */
+	uint8_t b[4];
+	struct rdmap_terminate t;
+
+	cr_assert_eq(siw_term(0, 0, 0xff, false, false, false, NULL, 0, 0, b),
+		     4);
+	cr_assert_eq(term_parse_exact(b, 4, &t), 4);
+	cr_assert_eq(t.term, 0x00ff);
+	cr_assert_not(t.siw_layout);
+	siw_term(2, 0, 2, false, false, false, NULL, 0, 0, b);
+	cr_assert_eq(term_parse_exact(b, 4, &t), 4);
+	cr_assert_eq(t.term, 0x0202);
+	cr_assert_not(t.siw_layout);
+}
+
+Test(rdmap, terminate_malformed_keeps_the_code)
+{
+	/* Hdrct says D, the body is 3 octets short; and a siw-looking
+	 * control word whose body fits neither layout: -EPROTO, but the
+	 * code as sent is kept (no header). */
+	uint8_t rfc[4 + 2 + 15] = { 0x11, 0x01, 0x40, 0x00, 0x00, 0x10 };
+	uint8_t siw[4 + 2 + 10] = { 0x10, 0x02, 0x03, 0x00, 0x00, 0x10 };
+	struct rdmap_terminate t = { .term = 0x7777, .has_ddp_hdr = true };
+
+	memcpy(rfc + 6, read_req, 15);
+	cr_assert_eq(term_parse_exact(rfc, sizeof(rfc), &t), -EPROTO);
+	cr_assert_eq(t.term, 0x1101);
+	cr_assert_not(t.has_seg_len || t.has_ddp_hdr || t.has_rdma_hdr);
+	cr_assert_eq(term_parse_exact(siw, sizeof(siw), &t), -EPROTO);
+	cr_assert_eq(t.term, 0x1002, "the code as sent");
+	cr_assert_not(t.siw_layout);
+	/* Too short for the control word: nothing to keep. */
+	t.term = 0x7777;
+	cr_assert_eq(term_parse_exact(rfc, 3, &t), -EPROTO);
+	cr_assert_eq(t.term, 0x7777);
 }

@@ -76,12 +76,15 @@ static bool core_srq_pop(void *arg, struct rdmap_recv_wr *out)
 	return wisp_srq_pop(((struct wisp_qp *)arg)->srq, out);
 }
 
-static void core_fatal(void *arg, uint16_t term)
+/* A QP that failed with a Terminate, sent or received, raises
+ * IBV_EVENT_QP_FATAL; one whose stream merely ended does not. Code 0x0000
+ * (RDMAP local catastrophic error) is a Terminate like any other. */
+static void core_fatal(void *arg, int term)
 {
 	struct wisp_qp *qp = arg;
 
 	wisp_qp_set_state(qp, IBV_QPS_ERR);
-	if (term) {
+	if (term != RDMAP_TERM_NONE) {
 		struct ibv_async_event ev = {
 			.element.qp = &qp->base.qp,
 			.event_type = IBV_EVENT_QP_FATAL,
@@ -240,6 +243,7 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	cfg.sq_size = attr->cap.max_send_wr;
 	cfg.rq_size = attr->cap.max_recv_wr;
 	cfg.post_lock = &qp->post_lock;
+	cfg.access = 0;           /* none until modify_qp grants it */
 	if (!cfg.stags)
 		goto err_free;
 	qp->stats = wisp_stats_qp_open(ctx);
@@ -353,6 +357,38 @@ static bool transition_ok(enum ibv_qp_state from, enum ibv_qp_state to)
 	}
 }
 
+_Static_assert(IBV_ACCESS_REMOTE_WRITE == RDMAP_ACC_REMOTE_WRITE &&
+	       IBV_ACCESS_REMOTE_READ == RDMAP_ACC_REMOTE_READ,
+	       "qp_access_flags map onto the core's rights bit for bit");
+
+/* The core's view of qp_access_flags: the two rights a peer may use. */
+static uint32_t core_access(int flags)
+{
+	return (uint32_t)flags &
+	       (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+}
+
+/*
+ * Where IBV_QP_ACCESS_FLAGS may be given: the IBTA transitions list it
+ * (optional or required) for RESET->INIT, INIT->INIT, INIT->RTR,
+ * RTR->RTS and RTS->RTS, and for no transition to RESET, ERR or SQD.
+ * IB providers refuse it elsewhere with EINVAL through the kernel's
+ * ib_modify_qp_is_ok(); siw takes it anywhere. wisp follows the table.
+ */
+static bool access_ok(enum ibv_qp_state from, enum ibv_qp_state to)
+{
+	switch (to) {
+	case IBV_QPS_INIT:
+		return from == IBV_QPS_RESET || from == IBV_QPS_INIT;
+	case IBV_QPS_RTR:
+		return from == IBV_QPS_INIT;
+	case IBV_QPS_RTS:
+		return from == IBV_QPS_RTR || from == IBV_QPS_RTS;
+	default:
+		return false;
+	}
+}
+
 /* Back to RESET: a fresh core (empty rings, MSNs restarted). */
 static int reset_core(struct wisp_qp *qp)
 {
@@ -366,6 +402,7 @@ static int reset_core(struct wisp_qp *qp)
 		.rq_size = qp->cap.max_recv_wr,
 		.post_lock = &qp->post_lock,
 		.stats = wisp_stats_qp_core(qp->stats),
+		.access = core_access(qp->access_flags),
 	};
 	struct rdmap_qp *core;
 
@@ -403,6 +440,8 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		to = cur;
 	if ((mask & IBV_QP_STATE) && to != cur && !transition_ok(cur, to))
 		return EINVAL;
+	if ((mask & IBV_QP_ACCESS_FLAGS) && !access_ok(cur, to))
+		return EINVAL;
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
 		if (attr->max_rd_atomic > WISP_MAX_ORD)
 			return EINVAL;
@@ -413,8 +452,15 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 			return EINVAL;
 		qp->ird = attr->max_dest_rd_atomic;
 	}
-	if (mask & IBV_QP_ACCESS_FLAGS)
+	if (mask & IBV_QP_ACCESS_FLAGS) {
+		/* Enforced on receive from the next segment on (RTS->RTS
+		 * included): a WRITE or Read Request the QP does not allow
+		 * is refused with a Terminate, RDMAP 0x0102. */
 		qp->access_flags = attr->qp_access_flags;
+		pthread_mutex_lock(&qp->post_lock);
+		rdmap_qp_set_access(qp->core, core_access(qp->access_flags));
+		pthread_mutex_unlock(&qp->post_lock);
+	}
 	if (!(mask & IBV_QP_STATE) || to == cur)
 		return 0;
 

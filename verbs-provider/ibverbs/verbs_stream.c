@@ -173,6 +173,9 @@ static int stream_cfg(const struct wisp_qp *qp, int fd,
 	 * fall back to the QP's own attributes. */
 	s->ird = p->ird ? p->ird : qp->ird;
 	s->ord = p->ord ? p->ord : qp->ord;
+	/* RFC 5044 7.1.2: the Responder sends nothing before the
+	 * Initiator's first FPDU, with or without an RTR (rdmap_qp_start). */
+	s->responder = !p->initiator;
 	return stream_rtr(p, &s->rtr);
 }
 
