@@ -196,9 +196,14 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 		c->next->prev = c->prev;
 	c->next = c->prev = NULL;
 	e->be->conn_del(e, c);
-	close(c->fd);
+	/* Close under both locks: a posting thread in glue_conn_send_now()
+	 * or a polling one in glue_conn_recv_now() that checked the state
+	 * before it changed is still using the descriptor, and a closed
+	 * number may already name another file. Once it has let go, it
+	 * finds the connection gone. */
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
+	close(c->fd);
 	conn_set_state(c, GLUE_CONN_GONE);
 	c->fd = -1;
 	pthread_mutex_unlock(&c->rx_lock);
