@@ -20,6 +20,7 @@
 #include "dp_util.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <stdatomic.h>
 
 #include "rdmap.h"
@@ -137,6 +138,22 @@ static size_t read_until_end(int fd, uint8_t *buf, size_t cap,
 	return got;
 }
 
+/* Wait (up to 5 s) until the wisp end has sent the peer something: its
+ * engine has started on what was asked. */
+static void wait_for_octets(int fd)
+{
+	int64_t end = dp_now_ms() + 5000;
+	int n = 0;
+
+	while (dp_now_ms() < end) {
+		cr_assert_eq(ioctl(fd, FIONREAD, &n), 0);
+		if (n > 0)
+			return;
+		usleep(1000);
+	}
+	cr_assert_fail("the wisp end sent nothing");
+}
+
 /* Poll for one completion for up to ms. */
 static int poll1(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 {
@@ -186,9 +203,9 @@ Test(teardown, disconnect_never_sends_released_memory, .timeout = 60)
 	wr.wr.rdma.rkey = 0x12345678;
 	wr.wr.rdma.remote_addr = 0;
 	cr_assert_eq(ibv_post_send(r.s.qp, &wr, &bad), 0);
-	/* The peer reads nothing: the engine fills both socket buffers and
-	 * its batch waits for window. */
-	usleep(200 * 1000);
+	/* The peer reads nothing: a batch of 64 FPDUs (about 90 KB) is far
+	 * more than both socket buffers hold, so it waits for window. */
+	wait_for_octets(r.peer);
 
 	cr_assert_eq(wisp_qp_disconnect(r.s.qp), 0);
 	cr_assert_eq(poll1(r.s.scq, &wc, 10000), 1, "the WRITE completes");
@@ -376,7 +393,7 @@ Test(teardown, dereg_while_read_response_stalls, .timeout = 60)
 	put_be64(u + 38, (uintptr_t)buf);     /* source TO */
 	/* 2 + 46 = 48: no pad; CRC field zero (no CRC negotiated). */
 	send_all(r.peer, rr, 2 + DDP_UNTAGGED_HDR_LEN + 28 + 4);
-	usleep(200 * 1000);
+	wait_for_octets(r.peer);
 
 	cr_assert_eq(pthread_create(&th, NULL, dereg_main, &job), 0);
 	if (!job_wait(&job, 2000)) {
