@@ -357,10 +357,13 @@ static void flush_sq(struct rdmap_qp *qp, enum rdmap_wc_status first_status,
 	for (uint32_t i = head; i != tail; i++) {
 		struct sq_meta *m = &qp->meta[i & (qp->sq.size - 1)];
 
-		/* Finished WRs waiting behind an unfinished one keep their
-		 * success; WRs never started have no meta yet. */
-		if (i - head < started && m->done &&
-		    m->status == RDMAP_WC_SUCCESS)
+		/* Finished WRs keep their status: the success of one
+		 * waiting behind an unfinished one, the error of one that
+		 * failed locally, and every status a flush already gave to
+		 * a WR the batch still holds (sq_hold), which a later flush
+		 * (flush_idle) must not rewrite. WRs never started have no
+		 * meta yet. */
+		if (i - head < started && m->done)
 			continue;
 		m->done = true;
 		m->status = first ? (uint8_t)first_status :

@@ -233,6 +233,17 @@ void glue_conn_close(struct glue_conn *c, int reason, bool graceful)
 	conn_start_close(c);
 }
 
+void glue_conn_close_soon(struct glue_conn *c)
+{
+	/* pump_rx() takes the request on the engine's next pass; tx_more
+	 * makes pump_tx() ask tx_fill once more before it half-closes, so
+	 * that what the owner still has queued goes out first. */
+	atomic_store(&c->tx_more, true);
+	atomic_store(&c->close_req, true);
+	atomic_store(&c->rx_more, true);
+	wake(c->e);
+}
+
 void glue_conn_free(struct glue_conn *c)
 {
 	if (!c)

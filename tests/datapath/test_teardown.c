@@ -420,3 +420,71 @@ Test(teardown, dereg_while_read_response_stalls, .timeout = 60)
 	free(buf);
 	raw_teardown(&r);
 }
+
+/*
+ * A WR that fails locally (an SGE no MR covers) moves the QP to ERROR
+ * while the batch ahead of it is stuck in the peer's closed window. The
+ * WRs with octets in the batch may complete only once no send can read
+ * them; the stream's graceful close, started at once, bounds how long
+ * that is (the close deadline), whatever the peer does.
+ */
+Test(teardown, local_error_with_a_stalled_peer_completes, .timeout = 60)
+{
+	const size_t len = 60000;     /* one batch: about 42 FPDUs */
+	struct ibv_send_wr wr[2], *bad;
+	struct ibv_sge sge[2];
+	struct ibv_wc wc[2];
+	struct ibv_mr *mr;
+	struct raw r;
+	uint8_t *buf;
+	int got = 0;
+	bool marked;
+
+	raw_setup(&r, true);
+	mr = dp_mr(r.s.pd, len, DP_ALL_ACCESS, &buf);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i & 0x7f);
+	memset(wr, 0, sizeof(wr));
+	sge[0] = (struct ibv_sge){ .addr = (uintptr_t)buf,
+				   .length = (uint32_t)len, .lkey = mr->lkey };
+	sge[1] = (struct ibv_sge){ .addr = (uintptr_t)buf, .length = 16,
+				   .lkey = mr->lkey ^ 0xff };
+	wr[0].opcode = IBV_WR_RDMA_WRITE;
+	wr[0].wr_id = 1;
+	wr[0].send_flags = IBV_SEND_SIGNALED;
+	wr[0].sg_list = &sge[0];
+	wr[0].num_sge = 1;
+	wr[0].wr.rdma.rkey = 0x12345678;
+	wr[0].next = &wr[1];
+	wr[1].opcode = IBV_WR_SEND;
+	wr[1].wr_id = 2;
+	wr[1].send_flags = IBV_SEND_SIGNALED;
+	wr[1].sg_list = &sge[1];
+	wr[1].num_sge = 1;
+	cr_assert_eq(ibv_post_send(r.s.qp, &wr[0], &bad), 0);
+	wait_for_octets(r.peer);
+
+	for (int64_t end = dp_now_ms() + 8000; got < 2 && dp_now_ms() < end;) {
+		int n = ibv_poll_cq(r.s.scq, 2 - got, wc + got);
+
+		cr_assert(n >= 0);
+		got += n;
+		if (!n)
+			usleep(1000);
+	}
+	cr_assert_eq(got, 2, "both WRs complete while the peer stalls (%d)",
+		     got);
+	cr_log_info("WRITE: %s, SEND: %s", ibv_wc_status_str(wc[0].status),
+		    ibv_wc_status_str(wc[1].status));
+	cr_assert_eq(wc[0].wr_id, 1);
+	cr_assert_eq(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+	cr_assert_eq(wc[1].wr_id, 2);
+	cr_assert_eq(wc[1].status, IBV_WC_LOC_PROT_ERR);
+	cr_assert_eq(ibv_dereg_mr(mr), 0);
+	memset(buf, MARK, len);
+	read_until_end(r.peer, NULL, 0, &marked);
+	cr_assert(!marked, "memory written after the completions reached "
+		  "the wire");
+	free(buf);
+	raw_teardown(&r);
+}

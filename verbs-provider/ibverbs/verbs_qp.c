@@ -80,6 +80,13 @@ static void core_fatal(void *arg, uint16_t term)
 	struct wisp_qp *qp = arg;
 
 	wisp_qp_set_state(qp, IBV_QPS_ERR);
+	/* Whatever failed it, the stream closes gracefully now: what was
+	 * handed to the engine (and the Terminate) still goes out, and the
+	 * close deadline bounds how long a peer that stopped reading holds
+	 * the WRs that wait for it. Called with the core locked, while the
+	 * stream (if any) is alive. */
+	if (qp->stream.conn)
+		glue_conn_close_soon(qp->stream.conn);
 	if (term) {
 		struct ibv_async_event ev = {
 			.element.qp = &qp->base.qp,
