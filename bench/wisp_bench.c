@@ -19,6 +19,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <linux/io_uring.h>
@@ -228,22 +229,74 @@ static void verify(const char *what, const uint8_t *got, size_t len,
 /* TCP                                                                */
 /* ------------------------------------------------------------------ */
 
-/* A connected pair of TCP sockets over 127.0.0.1. */
+/*
+ * Where the two ends of every connection live: both on 127.0.0.1, or, with
+ * --netns, the server end in one network namespace and the client end in
+ * another, joined by a real link (scripts/netns-link.sh: veth, MTU 1500).
+ * A socket stays in the namespace it was made in, so only the thread that
+ * makes the pair moves, for as long as that takes; the engines and the
+ * application threads never see a namespace.
+ */
+static struct {
+	const char *srv_ns, *cli_ns;      /* NULL: loopback in ours */
+	char srv_addr[INET_ADDRSTRLEN];
+} link_cfg = { .srv_addr = "127.0.0.1" };
+
+/* Move this thread into network namespace fd (ours: own_ns). */
+static void set_netns(int fd, const char *name)
+{
+	if (setns(fd, CLONE_NEWNET))
+		die("entering network namespace %s: %s", name,
+		    strerror(errno));
+}
+
+static int open_netns(const char *name)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "/run/netns/%s", name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die("network namespace %s: %s (scripts/netns-link.sh up "
+		    "makes it)", name, strerror(errno));
+	return fd;
+}
+
+/* A connected pair of TCP sockets over the configured link. */
 static void tcp_pair(int *cli, int *srv, bool nodelay)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	socklen_t len = sizeof(sin);
-	int lfd, one = 1;
+	int lfd, one = 1, own_ns = -1, ns;
 
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (inet_pton(AF_INET, link_cfg.srv_addr, &sin.sin_addr) != 1)
+		die("bad server address %s", link_cfg.srv_addr);
+	if (link_cfg.srv_ns) {
+		own_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+		if (own_ns < 0)
+			die("own network namespace: %s", strerror(errno));
+		ns = open_netns(link_cfg.srv_ns);
+		set_netns(ns, link_cfg.srv_ns);
+		close(ns);
+	}
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) ||
 	    listen(lfd, 1) ||
 	    getsockname(lfd, (struct sockaddr *)&sin, &len))
-		die("listen on 127.0.0.1: %s", strerror(errno));
+		die("listen on %s: %s", link_cfg.srv_addr, strerror(errno));
+	if (link_cfg.cli_ns) {
+		ns = open_netns(link_cfg.cli_ns);
+		set_netns(ns, link_cfg.cli_ns);
+		close(ns);
+	}
 	*cli = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (*cli < 0 || connect(*cli, (struct sockaddr *)&sin, sizeof(sin)))
-		die("connect to 127.0.0.1: %s", strerror(errno));
+		die("connect to %s: %s", link_cfg.srv_addr, strerror(errno));
+	if (own_ns >= 0) {
+		set_netns(own_ns, "of this process");
+		close(own_ns);
+	}
 	*srv = accept(lfd, NULL, NULL);
 	if (*srv < 0)
 		die("accept: %s", strerror(errno));
@@ -1216,7 +1269,8 @@ static void usage(FILE *f)
 "usage: wisp_bench [options]\n"
 "\n"
 "Measures wisp (RDMA WRITE, RDMA READ, SEND ping-pong between two QPs over\n"
-"127.0.0.1) against raw TCP doing the same on the same loopback, and\n"
+"127.0.0.1, or over a link between two namespaces with --netns) against\n"
+"raw TCP doing the same over the same path, and\n"
 "prints a table with the ratio wisp / TCP. docs/benchmarks.md defines\n"
 "every test and its TCP baseline.\n"
 "\n"
@@ -1241,6 +1295,9 @@ static void usage(FILE *f)
 "                  serves both ends (default: one per end, as two hosts)\n"
 "  --no-tcp        skip the TCP baselines (to profile wisp alone)\n"
 "  --csv FILE      append one row per result to FILE (header if new)\n"
+"  --netns S,C,A   server end in network namespace S at IPv4 address A,\n"
+"                  client end in namespace C (a real link, e.g. veth at\n"
+"                  MTU 1500 from scripts/netns-link.sh; needs root)\n"
 "  -h, --help      this text\n", MAX_WINDOW);
 }
 
@@ -1341,6 +1398,30 @@ static void engine_arg(struct cfg *c, const char *s, const char *from)
 	}
 }
 
+/* --netns SERVER_NS,CLIENT_NS,SERVER_ADDR */
+static void netns_arg(const char *arg)
+{
+	static char copy[256];
+	char *srv, *cli, *addr, *save = NULL;
+	struct in_addr a;
+
+	if (strlen(arg) >= sizeof(copy))
+		bad_option("--netns: '%s' is too long", arg);
+	strcpy(copy, arg);
+	srv = strtok_r(copy, ",", &save);
+	cli = strtok_r(NULL, ",", &save);
+	addr = strtok_r(NULL, ",", &save);
+	if (!srv || !cli || !addr || strtok_r(NULL, ",", &save) ||
+	    inet_pton(AF_INET, addr, &a) != 1 ||
+	    strlen(addr) >= sizeof(link_cfg.srv_addr))
+		bad_option("--netns: '%s': expected SERVER_NS,CLIENT_NS,"
+			   "SERVER_IPV4 (scripts/netns-link.sh prints it)",
+			   arg);
+	link_cfg.srv_ns = srv;
+	link_cfg.cli_ns = cli;
+	strcpy(link_cfg.srv_addr, addr);
+}
+
 static void parse_args(struct cfg *c, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1358,6 +1439,7 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 		{ "csv", required_argument, NULL, 'o' },
 		{ "one-engine", no_argument, NULL, '1' },
 		{ "no-tcp", no_argument, NULL, 'T' },
+		{ "netns", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1436,6 +1518,9 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 			break;
 		case 'T':
 			c->tcp = false;
+			break;
+		case 'N':
+			netns_arg(optarg);
 			break;
 		case 'h':
 			usage(stdout);
@@ -1558,13 +1643,19 @@ int main(int argc, char **argv)
 	time_t now = time(NULL);
 	struct tm tm;
 	struct cfg c;
+	char where[160];
 
 	parse_args(&c, argc, argv);
 	c.load = loadavg();
 	strftime(run, sizeof(run), "%Y-%m-%dT%H:%M:%S", gmtime_r(&now, &tm));
-	printf("wisp_bench (%s build): 127.0.0.1, MPA rev 2, CRC %s, window "
+	if (link_cfg.srv_ns)
+		snprintf(where, sizeof(where), "%s in netns %s, client in %s",
+			 link_cfg.srv_addr, link_cfg.srv_ns, link_cfg.cli_ns);
+	else
+		snprintf(where, sizeof(where), "%s", link_cfg.srv_addr);
+	printf("wisp_bench (%s build): %s, MPA rev 2, CRC %s, window "
 	       "%u, %.1f s per run, %u+%u ping-pongs, best of %u\n",
-	       WISP_BENCH_BUILD_TYPE, c.crc ? "on" : "off", c.window,
+	       WISP_BENCH_BUILD_TYPE, where, c.crc ? "on" : "off", c.window,
 	       c.seconds, c.warmup, c.iters, c.repeat);
 	printf("engines:");
 	for (int e = 0; e < c.n_engines; e++)

@@ -164,6 +164,11 @@ struct mpa_rr {
  * encoded (bad revision, enhanced with rev 1, private data too long). */
 int mpa_rr_len(const struct mpa_rr *rr);
 
+/* The PD_Length field of a received Request/Reply header (hdr holds at
+ * least MPA_RR_HDR_LEN octets): the frame is MPA_RR_HDR_LEN + that long.
+ * Not range-checked: compare it with MPA_PD_MAX, or parse the frame. */
+uint16_t mpa_rr_pd_len(const uint8_t *hdr);
+
 /*
  * Encode rr into buf. Returns the frame length, -EINVAL for an invalid rr,
  * -EMSGSIZE if the private data exceeds MPA_PD_MAX, -ENOSPC if cap is short.

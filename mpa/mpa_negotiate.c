@@ -239,9 +239,9 @@ int mpa_nego_check_request(const uint8_t *buf, size_t len,
 		 * same revision, without IRD/ORD words it could not parse. */
 		memset(reject, 0, sizeof(*reject));
 		reject->type = MPA_REPLY;
-		reject->rev = buf[17];
+		reject->rev = buf[MPA_RR_OFF_REV];
 		reject->reject = true;
-		reject->crc = (buf[16] & MPA_FLAG_CRC) || local->crc;
+		reject->crc = (buf[MPA_RR_OFF_FLAGS] & MPA_FLAG_CRC) || local->crc;
 		return -ECONNREFUSED;
 	}
 	if (ret < 0)
@@ -314,15 +314,15 @@ int mpa_nego_reply(const struct mpa_rr *req, const struct mpa_prefs *local,
 
 	ret = mpa_rr_parse(buf, len, MPA_REPLY, &rep, err);
 	if (ret == -EPROTO && *err == MPA_ERR_ENHANCED &&
-	    (buf[16] & MPA_FLAG_REJECT)) {
+	    (buf[MPA_RR_OFF_FLAGS] & MPA_FLAG_REJECT)) {
 		/* siw rejects a Request it cannot take (markers, CRC policy)
 		 * by echoing the Request's flags with R added: S can then be
 		 * set with no IRD/ORD words. A rejection is still a
 		 * rejection; what follows the header is private data. */
-		uint16_t pd_len = (uint16_t)(buf[18] << 8 | buf[19]);
+		uint16_t pd_len = mpa_rr_pd_len(buf);
 
 		*err = MPA_ERR_NONE;
-		params->rev = buf[17];
+		params->rev = buf[MPA_RR_OFF_REV];
 		params->peer_pdata = pd_len ? buf + MPA_RR_HDR_LEN : NULL;
 		params->peer_pdata_len = pd_len;
 		return -ECONNREFUSED;

@@ -150,7 +150,7 @@ int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 		return -EAGAIN;
 
 	flags = buf[MPA_RR_OFF_FLAGS];
-	pd_len = wisp_get_be16(buf + MPA_RR_OFF_PD_LEN);
+	pd_len = mpa_rr_pd_len(buf);
 	memset(rr, 0, sizeof(*rr));
 	rr->type = type;
 	rr->rev = buf[MPA_RR_OFF_REV];
@@ -223,4 +223,9 @@ uint32_t mpa_mulpdu(uint32_t emss, bool markers)
 	if (mulpdu < MPA_MULPDU_MIN)
 		mulpdu = MPA_MULPDU_MIN;
 	return mulpdu > MPA_ULPDU_SEND_MAX ? MPA_ULPDU_SEND_MAX : mulpdu;
+}
+
+uint16_t mpa_rr_pd_len(const uint8_t *hdr)
+{
+	return wisp_get_be16(hdr + MPA_RR_OFF_PD_LEN);
 }

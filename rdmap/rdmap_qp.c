@@ -57,6 +57,7 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 	if (!qp)
 		goto err;
 	qp->cfg = *cfg;
+	qp->st = cfg->stats ? cfg->stats : &qp->own_st;
 	atomic_init(&qp->state, RDMAP_QP_IDLE);
 	if (rdmap_ring_init(&qp->sq, cfg->sq_size ? cfg->sq_size : 1,
 			    sizeof(struct rdmap_send_wr)))
@@ -225,6 +226,8 @@ void qp_sq_advance(struct rdmap_qp *qp)
 		head++;
 		atomic_store_explicit(&qp->sq.head, head,
 				      memory_order_release);
+		if (c.status == RDMAP_WC_WR_FLUSH_ERR)
+			qp_stat_flushed(qp, 1);
 		if (report)
 			qp->cfg.ops->complete(qp->cfg.ops_arg, &c);
 	}
@@ -247,6 +250,8 @@ void qp_complete_recv(struct rdmap_qp *qp, enum rdmap_wc_status st,
 
 	qp_put_refs(qp->rmr, qp->nrsge);
 	qp->have_recv = false;
+	if (st == RDMAP_WC_WR_FLUSH_ERR)
+		qp_stat_flushed(qp, 1);
 	qp->cfg.ops->complete(qp->cfg.ops_arg, &c);
 }
 
@@ -337,6 +342,7 @@ static void flush_rq(struct rdmap_qp *qp)
 			.recv = true,
 		};
 
+		qp_stat_flushed(qp, 1);
 		qp->cfg.ops->complete(qp->cfg.ops_arg, &c);
 		atomic_store_explicit(&qp->rq.head, head + 1,
 				      memory_order_release);
@@ -443,6 +449,7 @@ void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
 	}
 	rdmap_term_from_fault(&qp->term, &f, seg, seg_avail, seg_len);
 	qp->term_pending = true;
+	RDMAP_STAT_ADD(qp->st->faults, 1);
 	qp_enter_error(qp, f.term, f.layer == RDMAP_LAYER_LLP ?
 		    RDMAP_WC_FATAL_ERR : RDMAP_WC_LOC_QP_OP_ERR);
 }

@@ -28,6 +28,7 @@
 
 #include "mpa.h"
 #include "rdmap.h"
+#include "rdmap_qp_stats.h"
 #include "rdmap_stag.h"
 
 #define RDMAP_MAX_SGE        6
@@ -150,6 +151,9 @@ struct rdmap_qp_cfg {
 	/* The application's post lock, taken when the QP enters ERROR so
 	 * that flushing and posting never race; may be NULL. */
 	pthread_mutex_t *post_lock;
+	/* Where the QP counts (rdmap_qp_stats.h), e.g. a slot the owner
+	 * publishes; NULL: in the QP itself. Must outlive the QP. */
+	struct rdmap_qp_stats *stats;
 };
 
 struct rdmap_stream_cfg {
@@ -174,6 +178,10 @@ struct rdmap_ring *rdmap_qp_rq(struct rdmap_qp *qp);
 int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s);
 
 enum rdmap_qp_state rdmap_qp_state(const struct rdmap_qp *qp);
+
+/* The QP's counters (cfg->stats, or its own); never NULL. Read each field
+ * with a relaxed atomic load, from any thread. */
+const struct rdmap_qp_stats *rdmap_qp_stats(const struct rdmap_qp *qp);
 
 /*
  * Engine side. rx_want fills up to cap (>= RDMAP_MAX_SGE + 1) iovecs

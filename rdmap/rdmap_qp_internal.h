@@ -161,6 +161,10 @@ struct rdmap_qp {
 
 	uint8_t term_buf[RDMAP_TERM_MAX_LEN];
 	uint32_t term_have;
+
+	/* ---- counters (rdmap_qp_stats.c) ---- */
+	struct rdmap_qp_stats *st;   /* cfg.stats or own_st */
+	struct rdmap_qp_stats own_st;
 };
 
 /* ---- rdmap_qp.c: shared helpers ---- */
@@ -214,5 +218,18 @@ int qp_slice(const struct iovec *src, int nsrc, uint64_t off,
 
 /* The name of receive state s for debug logs ("HDR", ...); never NULL. */
 const char *qp_rx_state_name(enum rx_state s);
+
+/* ---- rdmap_qp_stats.c ---- */
+
+/* Count one FPDU of opcode op sent (tx) or received: plen payload
+ * octets, last: the DDP L bit. Core held. */
+void qp_stat_fpdu(struct rdmap_qp *qp, bool tx, const struct rdmap_hdr *h,
+		  uint32_t plen);
+
+/* Count a Terminate with code term sent (tx) or received. Core held. */
+void qp_stat_term(struct rdmap_qp *qp, bool tx, uint16_t term);
+
+/* Count n WRs completed with FLUSH_ERR; any thread. */
+void qp_stat_flushed(struct rdmap_qp *qp, uint64_t n);
 
 #endif /* WISP_RDMAP_QP_INTERNAL_H */

@@ -321,6 +321,7 @@ static void end_term(struct rdmap_qp *qp, uint32_t plen)
 	qp->rx_msn[RDMAP_QN_TERMINATE]++;
 	if (rdmap_term_parse(qp->term_buf, qp->term_have, &t) >= 0)
 		term = t.term;
+	qp_stat_term(qp, false, term);
 	qp_peer_terminated(qp, term);
 }
 
@@ -521,6 +522,7 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 		rx_fault(qp, rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT));
 		break;
 	case RX_PAYLOAD:
+		qp_stat_fpdu(qp, false, &qp->h, qp->ulpdu_len - qp->hdr_have);
 		rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK].end(
 			qp, qp->ulpdu_len - qp->hdr_have);
 		break;
@@ -550,6 +552,9 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
 		used = mpa_rx_feed(&qp->mrx, in, len, &ev);
 		if (used < 0) {
 			enum mpa_error e = mpa_rx_error(&qp->mrx);
+
+			if (e == MPA_ERR_CRC)
+				RDMAP_STAT_ADD(qp->st->crc_errors, 1);
 
 			qp_fault(qp, rdmap_fault_llp(e, mpa_error_term(e)),
 				 NULL, 0, 0);

@@ -50,15 +50,17 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 	struct tx_fpdu *f = &qp->fp[qp->nfp];
 	struct iovec ul[RDMAP_MAX_SGE + 2];
 	int hl, n, i;
-	size_t bytes = 0;
+	size_t bytes = 0, plen = 0;
 
 	hl = rdmap_hdr_build(h, f->hdr, sizeof(f->hdr));
 	if (hl < 0)
 		return hl;
 	ul[0].iov_base = f->hdr;
 	ul[0].iov_len = (size_t)hl;
-	for (i = 0; i < npay; i++)
+	for (i = 0; i < npay; i++) {
 		ul[i + 1] = pay[i];
+		plen += pay[i].iov_len;
+	}
 	n = mpa_fpdu_frame(&qp->mtx, ul, npay + 1, &f->scr,
 			   qp->iov + qp->niov, TX_IOV_MAX - qp->niov);
 	if (n < 0)
@@ -75,6 +77,7 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 	f->nput = (uint8_t)nput;
 	f->close = close;
 	qp->nfp++;
+	qp_stat_fpdu(qp, true, h, (uint32_t)plen);
 	return 0;
 }
 
@@ -102,6 +105,7 @@ static int tx_terminate(struct rdmap_qp *qp)
 		return ret;
 	qp->term_pending = false;
 	qp->term_sent = true;
+	qp_stat_term(qp, true, qp->term.term);
 	return 1;
 }
 
@@ -123,6 +127,7 @@ static int tx_rtr(struct rdmap_qp *qp)
 	struct ord_entry *o;
 
 	qp->rtr_pending = false;
+	RDMAP_STAT_ADD(qp->st->rtr_sent, 1);
 	if (qp->s.rtr == RDMAP_RTR_SEND_WRITE)
 		return tx_zero_write(qp);
 	o = &qp->ord[qp->ord_tail % qp->ord_size];
@@ -424,6 +429,7 @@ int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	}
 	if (qp->nudge_pending) {
 		qp->nudge_pending = false;
+		RDMAP_STAT_ADD(qp->st->rtr_nudges, 1);
 		ret = tx_zero_write(qp);
 		if (ret < 0)
 			goto out;

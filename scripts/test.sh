@@ -10,7 +10,10 @@
 #      corpus for WISP_FUZZ_SECONDS (default 30) seconds;
 #   4. runs cppcheck over wisp's sources;
 #   5. checks the ABI of the drop-in libibverbs.so.1 against Debian's and
-#      runs Debian's ibv_devinfo over it (scripts/abi-check.sh);
+#      runs Debian's ibv_devinfo over it (scripts/abi-check.sh); installs
+#      wisp into a scratch prefix and as a Debian package (as root, with
+#      apt-get, then removes it) and runs rping over the installed copy
+#      (tests/install/run.sh, docs/install.md);
 #   6. runs the side-by-side benchmark briefly (figures only: a slow run
 #      fails nothing, a data mismatch does), then again under
 #      ThreadSanitizer, where any reported race fails;
@@ -37,6 +40,7 @@ packages=(
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
 	libcriterion-dev cppcheck
 	ibverbs-utils rdmacm-utils perftest
+	iproute2 file man-db groff-base
 )
 
 log() { printf '\n=== %s\n' "$*"; }
@@ -149,6 +153,7 @@ run_cppcheck() {
 		    "$top/verbs-provider" "$top/tests/fuzz")
 
 	[ -d "$top/bench" ] && dirs+=("$top/bench")
+	[ -d "$top/tools" ] && dirs+=("$top/tools")
 	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
 		--enable=warning,style,performance,portability \
 		--suppress=missingIncludeSystem \
@@ -186,6 +191,8 @@ step "cppcheck" run_cppcheck
 
 step "ABI of libibverbs.so.1, Debian's ibv_devinfo over wisp" \
 	"$top/scripts/abi-check.sh" "$build/release"
+step "install: a scratch prefix and the .deb, rping over the installed wisp" \
+	"$top/tests/install/run.sh" "$build/release"
 step "benchmark: wisp next to raw TCP on loopback" run_bench "$build/release"
 
 # wisp against the Linux kernel's siw in a qemu guest (docs/interop.md):

@@ -287,6 +287,7 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 		c->rx_msg.msg_iovlen = (size_t)n;
 		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
 		err = errno;
+		glue_stat_rx(c, r, err, glue_on_engine(c->e));
 		/* Always, so that the owner knows the copy is over. */
 		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
 		errno = err;
@@ -344,6 +345,7 @@ void glue_tx_result(struct glue_conn *c, long res)
 
 	pthread_mutex_lock(&c->tx_lock);
 	c->tx_busy = false;
+	glue_stat_tx_result(c, res);
 	if (conn_stopped(c))
 		goto out;
 	if (res < 0) {
@@ -378,6 +380,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
 	n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	glue_stat_tx_direct(c, niov, n, errno);
 	if (n > 0) {
 		close = c->ops->tx_done(c->arg, (size_t)n);
 		sent = true;
@@ -462,6 +465,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		c->tx_msg.msg_iov = c->tx_iov;
 		c->tx_msg.msg_iovlen = (size_t)n;
 		c->tx_busy = true;
+		glue_stat_tx_start(c);
 		e->be->start_tx(e, c);
 	}
 	/* A graceful close half-closes once everything queued is out. */
@@ -698,6 +702,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_end, 0);
 	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
+	atomic_init(&c->st, &c->own_st);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{
 		pthread_mutexattr_t ma;

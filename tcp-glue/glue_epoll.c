@@ -83,6 +83,7 @@ static void try_tx(struct epoll_priv *p, struct glue_conn *c)
 	ssize_t n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	if (n < 0 && errno == EAGAIN) {
+		glue_stat_tx_eagain(c);
 		c->ep_want |= EPOLLOUT;
 		ep_mod(p, c);
 		return;

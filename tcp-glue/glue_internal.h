@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "glue.h"
+#include "glue_stats.h"
 
 #define GLUE_CLOSE_DEADLINE_MS 2000
 /* How long after a thread last polled a connection itself the engine
@@ -70,7 +71,26 @@ struct glue_conn {
 	struct msghdr rx_msg, tx_msg;
 	struct iovec rx_iov[GLUE_RX_IOV];
 	struct iovec tx_iov[GLUE_TX_IOV];
+
+	/* Counters (glue_stats.c): st points at own_st or the owner's. */
+	_Atomic(struct glue_conn_stats *) st;
+	struct glue_conn_stats own_st;
+	size_t tx_offered;        /* octets of the send in flight */
+	int64_t tx_start_ns;      /* when the engine submitted it */
 };
+
+/* ---- glue_stats.c: counting, under the side's lock ---- */
+
+/* The engine is about to submit c->tx_msg. */
+void glue_stat_tx_start(struct glue_conn *c);
+/* The engine's send ended with res (octets or -errno). */
+void glue_stat_tx_result(struct glue_conn *c, long res);
+/* A posting thread's sendmsg of niov iovecs returned n (errno err). */
+void glue_stat_tx_direct(struct glue_conn *c, int niov, long n, int err);
+/* The epoll backend found the socket full and waits for room. */
+void glue_stat_tx_eagain(struct glue_conn *c);
+/* A recvmsg returned r (errno err); engine: on the engine thread. */
+void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
 
 struct glue_backend {
 	const char *name;

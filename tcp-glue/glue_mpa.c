@@ -160,7 +160,7 @@ static int check_header(struct glue_mpa_rd *rd, enum mpa_error *err)
 	if (rd->got < MPA_RR_HDR_LEN)
 		return 0;
 	rd->have_hdr = true;
-	rd->total = MPA_RR_HDR_LEN + (size_t)(rd->buf[18] << 8 | rd->buf[19]);
+	rd->total = MPA_RR_HDR_LEN + (size_t)mpa_rr_pd_len(rd->buf);
 	return rd->total > rd->cap ? -ENOBUFS : 0;
 }
 

@@ -100,6 +100,22 @@ struct wisp_mpa_prefs {
 int wisp_qp_connect_fd(struct ibv_qp *qp, int fd, bool active,
 		       const struct wisp_mpa_prefs *prefs, int timeout_ms);
 
+/*
+ * Statistics (wisp_stats_shm.h): librdmacm reports each connection
+ * manager event the application sees, and each connection it refuses,
+ * so that wisp-stat can show them. Any thread; costs one atomic add.
+ */
+enum wisp_stats_cm_event {
+	WISP_STATS_CM_CONNECT_REQUEST,
+	WISP_STATS_CM_ESTABLISHED,
+	WISP_STATS_CM_DISCONNECTED,
+	WISP_STATS_CM_REJECTED,       /* the peer refused us */
+	WISP_STATS_CM_REFUSED,        /* we refused the peer */
+	WISP_STATS_CM_UNREACHABLE,
+	WISP_STATS_CM_CONNECT_ERROR,
+};
+void wisp_stats_cm_event(enum wisp_stats_cm_event ev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -87,18 +87,19 @@ check_bw() {
 
 # check_lat FILE SIZE ITERS: "#bytes #iterations t_min t_max t_typical
 # t_avg ..." in microseconds: right size and count, 0 < t_min <=
-# t_typical <= t_max, t_typical under 5 ms (loopback; generous for a busy
-# 2-core machine).
+# t_typical <= t_max. No bound on the figures themselves: a test never
+# passes or fails on a clock (a loaded 2-core machine gave 8 ms typical
+# under ASan); docs/perftest.md and bench/ measure speed.
 check_lat() {
 	local line
 	line=$(result_line "$1")
 	[ -n "$line" ] || { echo "$1: no result table" >&2; return 1; }
 	awk -v s="$2" -v n="$3" '{
 		if ($1 != s || $2 != n) exit 1
-		if (!($3 > 0) || $3 > $5 || $5 > $4 || !($5 < 5000)) exit 1
+		if (!($3 > 0) || $3 > $5 || $5 > $4) exit 1
 	}' <<<"$line" || {
 		echo "$1: bad result line (want $2 bytes, $3 iterations," \
-			"0 < t_min <= t_typical <= t_max, t_typical < 5000 us): $line" >&2
+			"0 < t_min <= t_typical <= t_max): $line" >&2
 		return 1
 	}
 }

@@ -18,6 +18,7 @@
 
 #include "glue.h"
 #include "rdmap_stag.h"
+#include "verbs_stats.h"
 
 int wisp_context_init(struct wisp_context *wctx)
 {
@@ -26,6 +27,7 @@ int wisp_context_init(struct wisp_context *wctx)
 		return errno;
 	pthread_mutex_init(&wctx->lock, NULL);
 	pthread_mutex_init(&wctx->async_lock, NULL);
+	wisp_stats_ctx_open(&wctx->vctx.context);
 	return 0;
 }
 
@@ -33,6 +35,7 @@ void wisp_context_fini(struct wisp_context *wctx)
 {
 	struct wisp_async_ev *e, *next;
 
+	wisp_stats_ctx_close(&wctx->vctx.context);
 	glue_engine_destroy(wctx->engine);
 	wctx->engine = NULL;
 	if (wctx->stags) {

@@ -133,6 +133,7 @@ struct wisp_qp {
 	uint8_t ord, ird;         /* max_rd_atomic, max_dest_rd_atomic */
 	int access_flags;
 	struct wisp_stream stream;
+	struct wisp_stats_qp *stats;  /* published counters (verbs_stats.h) */
 };
 
 static inline struct wisp_qp *to_wqp(struct ibv_qp *qp)

@@ -19,6 +19,7 @@
 #include "glue.h"
 #include "rdmap_qp.h"
 #include "verbs_internal.h"
+#include "verbs_stats.h"
 
 static atomic_uint next_qpn = 1;
 
@@ -302,6 +303,8 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	cfg.post_lock = &qp->post_lock;
 	if (!cfg.stags)
 		goto err_free;
+	qp->stats = wisp_stats_qp_open(ctx);
+	cfg.stats = wisp_stats_qp_core(qp->stats);
 	qp->core = rdmap_qp_create(&cfg);
 	if (!qp->core)
 		goto err_free;
@@ -342,6 +345,7 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 err_core:
 	rdmap_qp_destroy(qp->core);
 err_free:
+	wisp_stats_qp_close(ctx, qp->stats, NULL);
 	pthread_cond_destroy(&qp->stream.end_cond);
 	pthread_mutex_destroy(&qp->stream.end_lock);
 	pthread_mutex_destroy(&qp->core_lock);
@@ -422,6 +426,7 @@ static int reset_core(struct wisp_qp *qp)
 		.sq_size = qp->cap.max_send_wr,
 		.rq_size = qp->cap.max_recv_wr,
 		.post_lock = &qp->post_lock,
+		.stats = wisp_stats_qp_core(qp->stats),
 	};
 	struct rdmap_qp *core;
 
@@ -547,6 +552,7 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 	}
 	pthread_mutex_unlock(&qps_lock);
 	detach_conn(qp);
+	wisp_stats_qp_close(ibqp->context, qp->stats, rdmap_qp_stats(qp->core));
 	rdmap_qp_destroy(qp->core);
 	wisp_pd_put(ibqp->pd);
 	wisp_cq_put(qp->scq);

@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_stats.h"
 #include "rdmap_qp.h"
 #include "verbs_internal.h"
+#include "verbs_stats.h"
 
 /* ------------------------------------------------------------------ */
 /* The stream, seen from the engine                                   */
@@ -95,6 +97,7 @@ static void s_ended(void *arg, int reason)
 	 * every outstanding WR is flushed. */
 	wisp_qp_core_end(qp, reason);
 	wisp_qp_set_state(qp, IBV_QPS_ERR);
+	wisp_stats_qp_ended(qp->stats, reason);
 	pthread_mutex_lock(&s->end_lock);
 	s->ended = true;
 	s->end_reason = reason;
@@ -216,6 +219,7 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 	if (ret)
 		goto err_close;
 	qp->stream.ended = false;
+	wisp_stats_qp_attached(qp->stats, ibqp->qp_num, fd, p, s.mulpdu);
 	c = glue_conn_add(qp->stream.engine, fd, &stream_ops, qp);
 	if (!c) {
 		ret = errno;
@@ -224,6 +228,7 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 		return ret;
 	}
 	qp->stream.conn = c;
+	glue_conn_set_stats(c, wisp_stats_qp_sock(qp->stats));
 	/* From now on a thread polling an empty CQ of the QP may receive
 	 * on the stream itself. */
 	wisp_cq_add_conn(qp->scq, c);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "wisp_private.h"
 
 struct wcm_channel *wcm_channel_new(void)
 {
@@ -77,6 +78,33 @@ static void enqueue(struct wcm_channel *ch, struct wcm_event *e)
 		level_up(ch);
 }
 
+/* The connection events wisp-stat shows (wisp_private.h). */
+static void count_event(enum rdma_cm_event_type type)
+{
+	switch (type) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		wisp_stats_cm_event(WISP_STATS_CM_CONNECT_REQUEST);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		wisp_stats_cm_event(WISP_STATS_CM_ESTABLISHED);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		wisp_stats_cm_event(WISP_STATS_CM_DISCONNECTED);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		wisp_stats_cm_event(WISP_STATS_CM_REJECTED);
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+		wisp_stats_cm_event(WISP_STATS_CM_UNREACHABLE);
+		break;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		wisp_stats_cm_event(WISP_STATS_CM_CONNECT_ERROR);
+		break;
+	default:
+		break;    /* address and route steps: not counted */
+	}
+}
+
 struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
 				  enum rdma_cm_event_type type, int status,
 				  const void *pdata, size_t pdata_len)
@@ -107,6 +135,7 @@ struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
 	wcm_log(WCM_LOG_DEBUG, "id %p: %s, status %d", (void *)&id->id,
 		rdma_event_str(type), status);
 	enqueue(to_wch(owner->id.channel), e);
+	count_event(type);
 	return e;
 }
 

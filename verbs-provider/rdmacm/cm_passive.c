@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "wisp_private.h"
 #include "common/wisp_startup.h"
 
 static int fail(int neg_errno)
@@ -230,6 +231,7 @@ static void refuse_backlog(struct wcm_hs *h, const struct mpa_rr *req,
 
 	wcm_log(WCM_LOG_INFO, "connection from %s refused: listen backlog "
 		"full", h->who);
+	wisp_stats_cm_event(WISP_STATS_CM_REFUSED);
 	if (!wisp_startup_build_reply(req, prefs, true, &r))
 		wisp_startup_send_reply(h->fd, &r, wisp_startup_deadline(0));
 }
@@ -258,6 +260,7 @@ static void hs_request(struct wcm_id *l, struct wcm_hs *h, int len)
 	if (ret == -ECONNREFUSED) {
 		wcm_log(WCM_LOG_WARN, "connection from %s refused: %s",
 			h->who, mpa_error_str(err));
+		wisp_stats_cm_event(WISP_STATS_CM_REFUSED);
 		return;
 	}
 	if (ret < 0) {
@@ -582,6 +585,7 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	tmo = w->opts.timeout_ms;
 	pthread_mutex_unlock(&wcm.lock);
 
+	wisp_stats_cm_event(WISP_STATS_CM_REFUSED);
 	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
 	if (ret)
 		wcm_log(WCM_LOG_INFO, "reject: %s", strerror(-ret));

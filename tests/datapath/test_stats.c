@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_stats.c - the statistics (wisp_stats_shm.h): known traffic gives
+ * exact counter values, read back from the file the process publishes;
+ * a Terminate is counted with its code, flushes are counted; wisp-stat
+ * --json lists a live process with its counters; the file is 0600 in a
+ * 0700 folder and is gone once its process has exited (or, if the
+ * process was killed, once wisp-stat has seen it).
+ *
+ * Every test points WISP_STATS_DIR at a fresh folder of its own before
+ * the first verbs call, so nothing else on the machine interferes.
+ */
+#include "dp_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "wisp_stats_shm.h"
+
+static const struct dp_opts defaults = { 0 };
+static char dir[128];
+
+static void stats_dir(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/wisp-stats-test.XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(setenv("WISP_STATS_DIR", dir, 1), 0);
+}
+
+static void stats_dir_rm(void)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* This process's published file, mapped read-only. */
+static const struct wisp_stats_file *own_file(void)
+{
+	char path[256];
+	const struct wisp_stats_file *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid());
+	fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	f = mmap(NULL, sizeof(*f), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	cr_assert(f != MAP_FAILED);
+	cr_assert_eq(f->hdr.magic, WISP_STATS_MAGIC);
+	cr_assert_eq(f->hdr.version, WISP_STATS_VERSION);
+	cr_assert_eq(f->hdr.pid, (int32_t)getpid());
+	return f;
+}
+
+/* The counters of QP qp in f. */
+static const struct wisp_stats_counts *qp_counts(
+	const struct wisp_stats_file *f, const struct ibv_qp *qp)
+{
+	for (uint32_t i = 0; i < f->hdr.qp_high; i++)
+		if (f->qp[i].in_use && f->qp[i].qp_num == qp->qp_num)
+			return &f->qp[i].c;
+	cr_assert_fail("QP %u not published", qp->qp_num);
+	return NULL;
+}
+
+#define V(c, m) ((uint64_t)atomic_load_explicit(&(c)->m, memory_order_relaxed))
+
+static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, uint8_t *buf,
+		      uint32_t len, uint64_t id)
+{
+	struct ibv_sge s = { (uintptr_t)buf, len, mr->lkey };
+	struct ibv_recv_wr w = { .wr_id = id, .sg_list = &s, .num_sge = 1 };
+	struct ibv_recv_wr *bad;
+
+	cr_assert_eq(ibv_post_recv(qp, &w, &bad), 0);
+}
+
+static void post(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *mr,
+		 uint8_t *buf, uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge s = { (uintptr_t)buf, len, mr->lkey };
+	struct ibv_send_wr w = {
+		.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = op,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+	};
+	struct ibv_send_wr *bad;
+
+	cr_assert_eq(ibv_post_send(qp, &w, &bad), 0);
+}
+
+#define N_SEND  100
+#define S_SEND  3000      /* more than one FPDU each */
+#define N_WRITE 7
+#define S_WRITE 5000
+#define S_READ  9000
+
+/* FPDUs of a message of len octets with hdr octets of DDP + RDMAP header. */
+static uint64_t segs(uint32_t len, uint32_t mulpdu, uint32_t hdr)
+{
+	uint32_t per = mulpdu - hdr;
+
+	return len ? (len + per - 1) / per : 1;
+}
+
+static void move_known_traffic(struct dp_pair *p, struct ibv_mr **mrs,
+			       uint8_t **bufs)
+{
+	struct ibv_mr *ma, *mb;
+	uint8_t *a, *b;
+	size_t len = (size_t)N_SEND * S_SEND + S_READ;
+	struct ibv_wc wc[N_SEND];
+
+	ma = dp_mr(p->a.pd, len, DP_ALL_ACCESS, &a);
+	mb = dp_mr(p->b.pd, len, DP_ALL_ACCESS, &b);
+	memset(a, 0x5a, len);
+	for (int i = 0; i < N_SEND; i++)
+		post_recv(p->b.qp, mb, b + (size_t)i * S_SEND, S_SEND,
+			  (uint64_t)i);
+	for (int i = 0; i < N_WRITE; i++)
+		post(p->a.qp, IBV_WR_RDMA_WRITE, ma, a, S_WRITE,
+		     (uintptr_t)b, mb->rkey);
+	for (int i = 0; i < N_SEND; i++)
+		post(p->a.qp, IBV_WR_SEND, ma, a + (size_t)i * S_SEND, S_SEND,
+		     0, 0);
+	post(p->a.qp, IBV_WR_RDMA_READ, ma, a, S_READ, (uintptr_t)b,
+	     mb->rkey);
+	cr_assert_eq(dp_poll(p->a.scq, wc, N_WRITE), N_WRITE);
+	cr_assert_eq(dp_poll(p->a.scq, wc, N_SEND), N_SEND);
+	for (int i = 0; i < N_SEND; i++)
+		cr_assert_eq(wc[i].status, IBV_WC_SUCCESS);
+	cr_assert_eq(dp_poll(p->a.scq, wc, 1), 1);
+	cr_assert_eq(wc[0].status, IBV_WC_SUCCESS);
+	cr_assert_eq(wc[0].opcode, IBV_WC_RDMA_READ);
+	cr_assert_eq(dp_poll(p->b.rcq, wc, N_SEND), N_SEND);
+	mrs[0] = ma;
+	mrs[1] = mb;
+	bufs[0] = a;
+	bufs[1] = b;
+}
+
+static void check_known_traffic(const struct dp_pair *p,
+				const struct wisp_stats_file *f)
+{
+	const struct wisp_stats_counts *ca = qp_counts(f, p->a.qp);
+	const struct wisp_stats_counts *cb = qp_counts(f, p->b.qp);
+	uint64_t send_fpdus = N_SEND * segs(S_SEND, p->mulpdu, 18);
+	uint64_t write_fpdus = N_WRITE * segs(S_WRITE, p->mulpdu, 14);
+	uint64_t resp_fpdus = segs(S_READ, p->mulpdu, 14);
+
+	/* SEND: N messages, N * S octets, each way. */
+	cr_assert_eq(V(ca, core.tx_msgs[0x3]), N_SEND);
+	cr_assert_eq(V(ca, core.tx_octets[0x3]), (uint64_t)N_SEND * S_SEND);
+	cr_assert_eq(V(cb, core.rx_msgs[0x3]), N_SEND);
+	cr_assert_eq(V(cb, core.rx_octets[0x3]), (uint64_t)N_SEND * S_SEND);
+	cr_assert_eq(V(cb, core.tx_msgs[0x3]), 0);
+	/* WRITE */
+	cr_assert_eq(V(ca, core.tx_msgs[0x0]), N_WRITE);
+	cr_assert_eq(V(ca, core.tx_octets[0x0]), (uint64_t)N_WRITE * S_WRITE);
+	cr_assert_eq(V(cb, core.rx_msgs[0x0]), N_WRITE);
+	cr_assert_eq(V(cb, core.rx_octets[0x0]), (uint64_t)N_WRITE * S_WRITE);
+	/* READ: one request asking S_READ octets, one response carrying
+	 * them. */
+	cr_assert_eq(V(ca, core.tx_msgs[0x1]), 1);
+	cr_assert_eq(V(ca, core.tx_octets[0x1]), S_READ);
+	cr_assert_eq(V(cb, core.rx_msgs[0x1]), 1);
+	cr_assert_eq(V(cb, core.rx_octets[0x1]), S_READ);
+	cr_assert_eq(V(cb, core.tx_msgs[0x2]), 1);
+	cr_assert_eq(V(cb, core.tx_octets[0x2]), S_READ);
+	cr_assert_eq(V(ca, core.rx_msgs[0x2]), 1);
+	cr_assert_eq(V(ca, core.rx_octets[0x2]), S_READ);
+	/* FPDUs: every segment, each way, and nothing else (no RTR). */
+	cr_assert_eq(V(ca, core.tx_fpdus), send_fpdus + write_fpdus + 1,
+		     "a sent %llu FPDUs",
+		     (unsigned long long)V(ca, core.tx_fpdus));
+	cr_assert_eq(V(cb, core.rx_fpdus), V(ca, core.tx_fpdus));
+	cr_assert_eq(V(cb, core.tx_fpdus), resp_fpdus);
+	cr_assert_eq(V(ca, core.rx_fpdus), resp_fpdus);
+	cr_assert_eq(V(ca, core.crc_errors) + V(cb, core.crc_errors), 0);
+	cr_assert_eq(V(ca, core.term_tx) + V(cb, core.term_tx), 0);
+	cr_assert_eq(V(ca, core.flushed) + V(cb, core.flushed), 0);
+	cr_assert_eq(V(ca, streams), 1);
+	cr_assert_eq(V(cb, streams), 1);
+	/* The socket took what the core framed: every octet a received
+	 * was sent by b and the other way round. */
+	cr_assert_eq(V(cb, sock.rx_octets), V(ca, sock.tx_octets));
+	cr_assert_eq(V(ca, sock.rx_octets), V(cb, sock.tx_octets));
+	cr_assert(V(ca, sock.tx_octets) > (uint64_t)N_SEND * S_SEND);
+	cr_assert(V(ca, sock.tx_sends) + V(ca, sock.tx_direct) > 0);
+}
+
+/* Read the QP's counters until the socket counters settle: the last
+ * octets of the sender are counted once its send returned, which may be
+ * just after the peer has processed them. */
+static void settle(const struct wisp_stats_file *f, const struct dp_pair *p)
+{
+	const struct wisp_stats_counts *ca = qp_counts(f, p->a.qp);
+	const struct wisp_stats_counts *cb = qp_counts(f, p->b.qp);
+	int64_t end = dp_now_ms() + DP_TIMEOUT_MS;
+
+	while (dp_now_ms() < end &&
+	       (V(cb, sock.rx_octets) != V(ca, sock.tx_octets) ||
+		V(ca, sock.rx_octets) != V(cb, sock.tx_octets)))
+		usleep(1000);
+}
+
+Test(stats, exact_counts, .timeout = 60)
+{
+	struct dp_pair p;
+	struct ibv_mr *mr[2];
+	uint8_t *buf[2];
+	const struct wisp_stats_file *f;
+
+	stats_dir();
+	dp_setup(&p, &defaults);
+	move_known_traffic(&p, mr, buf);
+	f = own_file();
+	settle(f, &p);
+	check_known_traffic(&p, f);
+	/* The device totals add the QP's counters once it is destroyed. */
+	ibv_dereg_mr(mr[0]);
+	ibv_dereg_mr(mr[1]);
+	free(buf[0]);
+	free(buf[1]);
+	dp_teardown(&p, &defaults);
+	cr_assert_eq(V(&f->hdr.closed, core.tx_msgs[0x3]), N_SEND,
+		     "closed contexts keep the SENDs");
+	cr_assert_eq(V(&f->hdr.closed, core.rx_msgs[0x3]), N_SEND);
+	stats_dir_rm();
+}
+
+/* A SEND with no receive posted: b answers with the DDP untagged "no
+ * buffer" Terminate (RFC 5041 section 7.2, layer 1 etype 2 code 0x02),
+ * counted on both sides with its code; the K receives a had posted are
+ * flushed and counted. */
+Test(stats, terminate_and_flush, .timeout = 60)
+{
+	enum { K = 5 };
+	struct dp_pair p;
+	struct ibv_mr *ma;
+	uint8_t *a;
+	struct ibv_wc wc[K];
+	const struct wisp_stats_file *f;
+	const struct wisp_stats_counts *ca, *cb;
+
+	stats_dir();
+	dp_setup(&p, &defaults);
+	ma = dp_mr(p.a.pd, 64, DP_ALL_ACCESS, &a);
+	for (int i = 0; i < K; i++)
+		post_recv(p.a.qp, ma, a, 64, (uint64_t)i);
+	post(p.a.qp, IBV_WR_SEND, ma, a, 8, 0, 0);
+	cr_assert_eq(dp_poll(p.a.rcq, wc, K), K);
+	for (int i = 0; i < K; i++)
+		cr_assert_eq(wc[i].status, IBV_WC_WR_FLUSH_ERR);
+	f = own_file();
+	ca = qp_counts(f, p.a.qp);
+	cb = qp_counts(f, p.b.qp);
+	cr_assert_eq(V(cb, core.term_tx), 1);
+	cr_assert_eq(V(cb, core.term_tx_last), 0x1202, "sent %#llx",
+		     (unsigned long long)V(cb, core.term_tx_last));
+	cr_assert_eq(V(cb, core.term_tx_kind[1 * 4 + 2]), 1);
+	cr_assert_eq(V(cb, core.faults), 1);
+	cr_assert_eq(V(cb, core.tx_msgs[0x7]), 1, "the Terminate message");
+	cr_assert_eq(V(ca, core.term_rx), 1);
+	cr_assert_eq(V(ca, core.term_rx_last), 0x1202);
+	cr_assert_eq(V(ca, core.term_rx_kind[1 * 4 + 2]), 1);
+	cr_assert_eq(V(ca, core.rx_msgs[0x7]), 1);
+	cr_assert_eq(V(ca, core.term_tx), 0, "a Terminate is not answered");
+	/* a's K receives; the SEND itself completed (or failed) but was
+	 * not flushed. */
+	cr_assert_eq(V(ca, core.flushed), K);
+	cr_assert_eq(V(cb, core.flushed), 0);
+	cr_assert_eq(V(ca, core.crc_errors), 0);
+	ibv_dereg_mr(ma);
+	free(a);
+	dp_teardown(&p, &defaults);
+	stats_dir_rm();
+}
+
+/* The RTR (RFC 6581) is counted on the initiator. */
+Test(stats, rtr_counted, .timeout = 60)
+{
+	struct dp_opts o = { .prefs = { .mpa_rev = 2, .p2p = true } };
+	struct dp_pair p;
+	const struct wisp_stats_file *f;
+
+	const struct wisp_stats_counts *ca, *cb;
+	int64_t end;
+
+	stats_dir();
+	dp_setup(&p, &o);
+	f = own_file();
+	ca = qp_counts(f, p.a.qp);
+	cb = qp_counts(f, p.b.qp);
+	/* The initiator sends it WISP_MPA_HOLD_MS after the MPA Reply:
+	 * wait until the responder has it. */
+	end = dp_now_ms() + DP_TIMEOUT_MS;
+	while (V(cb, core.rx_fpdus) == 0 && dp_now_ms() < end)
+		usleep(1000);
+	cr_assert_eq(V(ca, core.rtr_sent), 1);
+	cr_assert_eq(V(cb, core.rtr_sent), 0);
+	/* the WRITE RTR (wisp_mpa_prefs.read_rtr unset): a zero-length
+	 * RDMA Write, perhaps already followed by nudges, since b never
+	 * answers here */
+	cr_assert_geq(V(cb, core.rx_msgs[0x0]), 1);
+	cr_assert_eq(V(cb, core.rx_octets[0x0]), 0);
+	cr_assert_eq(V(cb, core.rx_msgs[0x1]), 0);
+	/* b answers: the nudges stop, and every octet either side sent,
+	 * the RTR that left as soon as the stream was added included, is
+	 * counted by the socket counters the file shows. */
+	{
+		struct ibv_mr *ma, *mb;
+		uint8_t *ba, *bb;
+
+		ma = dp_mr(p.a.pd, 64, DP_ALL_ACCESS, &ba);
+		mb = dp_mr(p.b.pd, 64, DP_ALL_ACCESS, &bb);
+		post_recv(p.a.qp, ma, ba, 64, 1);
+		post(p.b.qp, IBV_WR_SEND, mb, bb, 16, 0, 0);
+		dp_wait1(p.a.rcq);
+		dp_wait1(p.b.scq);
+		settle(f, &p);
+		cr_assert_eq(V(cb, sock.rx_octets), V(ca, sock.tx_octets));
+		cr_assert_eq(V(ca, sock.rx_octets), V(cb, sock.tx_octets));
+		cr_assert_eq(V(ca, sock.tx_octets),
+			     V(ca, core.tx_fpdus) * 20 +
+			     V(ca, core.tx_octets[0x0]),
+			     "zero-length Writes, 20 octets each (length, header, CRC): %llu",
+			     (unsigned long long)V(ca, sock.tx_octets));
+		ibv_dereg_mr(ma);
+		ibv_dereg_mr(mb);
+		free(ba);
+		free(bb);
+	}
+	dp_teardown(&p, &o);
+	stats_dir_rm();
+}
+
+/* Run a shell command, return its exit status. */
+static int sh(const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* wisp-stat --json lists this process with the counters it moved. */
+Test(stats, wisp_stat_json, .timeout = 60)
+{
+	struct dp_pair p;
+	struct ibv_mr *mr[2];
+	uint8_t *buf[2];
+	char out[256];
+
+	stats_dir();
+	dp_setup(&p, &defaults);
+	move_known_traffic(&p, mr, buf);
+	snprintf(out, sizeof(out), "%s/out.json", dir);
+	cr_assert_eq(sh("'%s' --json --dir '%s' > '%s'", WISP_STAT_BIN, dir,
+			out), 0);
+	cr_assert_eq(sh("python3 -m json.tool '%s' > /dev/null", out), 0,
+		     "wisp-stat --json prints valid JSON");
+	cr_assert_eq(sh("python3 -c 'import json,sys\n"
+			"d = json.load(open(sys.argv[1]))\n"
+			"p = [x for x in d[\"processes\"] if x[\"pid\"] == %d]\n"
+			"assert len(p) == 1, p\n"
+			"q = {x[\"qp_num\"]: x for x in p[0][\"qps\"]}\n"
+			"a, b = q[%u], q[%u]\n"
+			"assert a[\"state\"] == \"connected\"\n"
+			"assert a[\"peer\"].startswith(\"127.0.0.1:\")\n"
+			"assert a[\"mpa\"][\"rev\"] == 2\n"
+			"assert a[\"counters\"][\"ops\"][\"send\"][\"tx_msgs\"] == %d\n"
+			"assert b[\"counters\"][\"ops\"][\"send\"][\"rx_octets\"] == %d\n"
+			"assert p[0][\"totals\"][\"ops\"][\"send\"][\"tx_msgs\"] == %d\n"
+			"assert len(p[0][\"devices\"]) == 2\n"
+			"' '%s'",
+			(int)getpid(), p.a.qp->qp_num, p.b.qp->qp_num, N_SEND,
+			N_SEND * S_SEND, N_SEND, out), 0,
+		     "the JSON holds this process and its counters");
+	/* The live view, bounded, runs and names the process. */
+	cr_assert_eq(sh("'%s' -n 2 -d 0.1 --dir '%s' < /dev/null | "
+			"grep -q 'test_stats'", WISP_STAT_BIN, dir), 0);
+	ibv_dereg_mr(mr[0]);
+	ibv_dereg_mr(mr[1]);
+	free(buf[0]);
+	free(buf[1]);
+	dp_teardown(&p, &defaults);
+	stats_dir_rm();
+}
+
+/* Start stats_child with its stdin on a pipe; returns its pid, *wfd the
+ * pipe's write end. Waits for its "ready". */
+static pid_t child_start(int *wfd)
+{
+	int in[2], out[2];
+	char line[64] = { 0 };
+	pid_t pid;
+	FILE *f;
+
+	cr_assert_eq(pipe(in), 0);
+	cr_assert_eq(pipe(out), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(in[0], STDIN_FILENO);
+		dup2(out[1], STDOUT_FILENO);
+		close(in[1]);
+		close(out[0]);
+		execl(STATS_CHILD_BIN, STATS_CHILD_BIN, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	f = fdopen(out[0], "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(line, sizeof(line), f), "child ready");
+	cr_assert(!strncmp(line, "ready", 5), "child said %s", line);
+	fclose(f);
+	*wfd = in[1];
+	return pid;
+}
+
+Test(stats, file_mode_and_removal, .timeout = 60)
+{
+	char path[256];
+	struct stat sb;
+	int wfd, st;
+	pid_t pid;
+
+	stats_dir();
+	/* mkdtemp made the folder 0700; a fresh one is made 0700 too. */
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	cr_assert_eq(setenv("WISP_STATS_DIR", path, 1), 0);
+	pid = child_start(&wfd);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq(sb.st_mode & 0777, 0700, "folder mode %o",
+		     sb.st_mode & 0777);
+	snprintf(path, sizeof(path), "%s/sub/%d", dir, (int)pid);
+	cr_assert_eq(stat(path, &sb), 0, "%s exists", path);
+	cr_assert_eq(sb.st_mode & 0777, 0600, "file mode %o",
+		     sb.st_mode & 0777);
+	cr_assert_eq(sb.st_uid, getuid());
+	cr_assert_eq(sh("'%s' --json --dir '%s/sub' | python3 -c 'import "
+			"json,sys; d = json.load(sys.stdin); assert [p for p "
+			"in d[\"processes\"] if p[\"pid\"] == %d and "
+			"p[\"program\"] == \"stats_child\" and len(p[\"qps\"]) "
+			"== 1]'", WISP_STAT_BIN, dir, (int)pid), 0);
+	/* A normal exit removes the file. */
+	close(wfd);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
+		  st);
+	cr_assert_eq(stat(path, &sb), -1, "%s removed at exit", path);
+	/* A killed process leaves it; wisp-stat ignores and removes it. */
+	pid = child_start(&wfd);
+	snprintf(path, sizeof(path), "%s/sub/%d", dir, (int)pid);
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	close(wfd);
+	cr_assert_eq(stat(path, &sb), 0, "a killed process leaves its file");
+	cr_assert_eq(sh("'%s' --json --dir '%s/sub' | python3 -c 'import "
+			"json,sys; d = json.load(sys.stdin); assert not [p for "
+			"p in d[\"processes\"] if p[\"pid\"] == %d]'",
+			WISP_STAT_BIN, dir, (int)pid), 0);
+	cr_assert_eq(stat(path, &sb), -1, "wisp-stat removed the stale file");
+	stats_dir_rm();
+}
+
+/* WISP_STATS=1 prints a summary on stderr at exit. */
+Test(stats, summary_at_exit, .timeout = 60)
+{
+	stats_dir();
+	cr_assert_eq(sh("echo | WISP_STATS=1 '%s' 2> '%s/err' > /dev/null && "
+			"grep -q '^wisp: statistics of stats_child' '%s/err'",
+			STATS_CHILD_BIN, dir, dir), 0);
+	cr_assert_eq(sh("echo | WISP_STATS=0 WISP_STATS_DIR='%s/off' '%s' "
+			"2> '%s/err' > /dev/null && ! grep -q statistics "
+			"'%s/err' && ! test -e '%s/off'",
+			dir, STATS_CHILD_BIN, dir, dir, dir), 0,
+		     "WISP_STATS=0 publishes nothing");
+	stats_dir_rm();
+}
+
+/* Shell prologue for an unmodified program over the built libraries:
+ * an ASan build's libraries need the ASan runtime loaded first. */
+#define OVER_WISP "export WISP_LIB_DIR='" WISP_LIB_DIR "' WISP_STATS=1; " \
+	"asan=$(ldd \"$WISP_LIB_DIR/librdmacm.so.1\" | " \
+	"awk '/libasan/ {print $3}'); if [ -n \"$asan\" ]; then " \
+	"export LD_PRELOAD=\"$asan\" ASAN_OPTIONS=detect_leaks=0; fi; "
+
+/* Connection manager events, counted through librdmacm: an rping pair
+ * that connects and disconnects, and an rping towards a port where
+ * nobody listens. */
+Test(stats, cm_events, .timeout = 90)
+{
+	int port = 20000 + (int)(getpid() % 20000);
+
+	stats_dir();
+	cr_assert_eq(sh("cd '%s' && " OVER_WISP
+			"timeout 30 '%s' rping -s -a 127.0.0.1 -p %d -C 3 "
+			"> /dev/null 2> s.err & sleep 0.5; "
+			"timeout 30 '%s' rping -c -a 127.0.0.1 -p %d -C 3 "
+			"> /dev/null 2> c.err; wait; "
+			"grep -q '^wisp:   cm_established 1$' c.err && "
+			"grep -q '^wisp:   cm_disconnected 1$' c.err && "
+			"grep -q '^wisp:   cm_connect_requests 1$' s.err && "
+			"grep -q '^wisp:   cm_established 1$' s.err && "
+			"grep -q '^wisp:   rtr_sent 1$' c.err",
+			dir, WISP_RUN, port, WISP_RUN, port), 0,
+		     "rping pair: see %s/c.err, s.err", dir);
+	cr_assert_eq(sh("cd '%s' && " OVER_WISP "timeout "
+			"30 '%s' rping -c -a 127.0.0.1 -p %d -C 1 > /dev/null "
+			"2> u.err; grep -q '^wisp:   cm_unreachable 1$' u.err",
+			dir, WISP_RUN, port + 1), 0,
+		     "rping to nobody: see %s/u.err", dir);
+	stats_dir_rm();
+}
