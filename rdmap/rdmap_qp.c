@@ -99,8 +99,8 @@ void qp_put_refs(struct rdmap_mr **mr, int n)
 static void release_all(struct rdmap_qp *qp)
 {
 	for (int i = qp->fp_done; i < qp->nfp; i++) {
-		rdmap_mr_put(qp->fp[i].put);
-		qp->fp[i].put = NULL;
+		qp_put_refs(qp->fp[i].put, qp->fp[i].nput);
+		qp->fp[i].nput = 0;
 	}
 	qp->nfp = qp->fp_done = 0;
 	qp->niov = qp->iov_cur = 0;
@@ -223,7 +223,8 @@ void qp_sq_advance(struct rdmap_qp *qp)
 		const struct rdmap_send_wr *wr =
 			rdmap_ring_slot(&qp->sq, head);
 
-		if (!m->done)
+		if (!m->done ||
+		    (qp->sq_hold && (int32_t)(qp->sq_hold_idx - head) <= 0))
 			break;
 		bool report = (wr->flags & RDMAP_WR_SIGNALED) ||
 			      m->status != RDMAP_WC_SUCCESS;
@@ -313,6 +314,34 @@ bool qp_take_recv(struct rdmap_qp *qp, enum rdmap_wc_status *st)
 	return true;
 }
 
+/*
+ * The oldest WR with octets in the unsent part of the batch: the kernel
+ * may still read its memory (an io_uring sendmsg waiting for window, a
+ * partial send to be finished), so neither it nor any later WR may
+ * complete, in ERROR as in RTS, until tx_done() reports those octets
+ * sent or the stream has ended (rdmap_qp_stream_ended()). In RTS the
+ * done flags already say so; in ERROR, flushing sets them, so the hold
+ * says it. Computed under the QP's lock, written under post_lock too
+ * (flush_idle reads it on a posting thread).
+ */
+static void sq_hold_update(struct rdmap_qp *qp)
+{
+	qp->sq_hold = false;
+	for (int i = qp->fp_done; i < qp->nfp; i++) {
+		if (qp->fp[i].wr_of >= 0) {
+			qp->sq_hold = true;
+			qp->sq_hold_idx = (uint32_t)qp->fp[i].wr_of;
+			return;
+		}
+	}
+}
+
+void qp_sq_release(struct rdmap_qp *qp)
+{
+	sq_hold_update(qp);
+	qp_sq_advance(qp);
+}
+
 /* Every posted receive of our own RQ completes with FLUSH_ERR. */
 static void flush_rq(struct rdmap_qp *qp)
 {
@@ -350,10 +379,13 @@ static void flush_sq(struct rdmap_qp *qp, enum rdmap_wc_status first_status,
 	for (uint32_t i = head; i != tail; i++) {
 		struct sq_meta *m = &qp->meta[i & (qp->sq.size - 1)];
 
-		/* Finished WRs waiting behind an unfinished one keep their
-		 * success; WRs never started have no meta yet. */
-		if (i - head < started && m->done &&
-		    m->status == RDMAP_WC_SUCCESS)
+		/* Finished WRs keep their status: the success of one
+		 * waiting behind an unfinished one, the error of one that
+		 * failed locally, and every status a flush already gave to
+		 * a WR the batch still holds (sq_hold), which a later flush
+		 * (flush_idle) must not rewrite. WRs never started have no
+		 * meta yet. */
+		if (i - head < started && m->done)
 			continue;
 		m->done = true;
 		m->status = first ? (uint8_t)first_status :
@@ -391,9 +423,25 @@ void qp_enter_error(struct rdmap_qp *qp, int term,
 	if (prev == RDMAP_QP_ERROR)
 		goto out;
 	if (qp->cur.active) {
-		qp_put_refs(qp->cur.mr, qp->cur.nsrc);
+		struct tx_fpdu *f = qp->nfp > qp->fp_done ?
+				    &qp->fp[qp->nfp - 1] : NULL;
+
+		/* Segments of it wait in the batch: their FPDU keeps the
+		 * references until it is sent (a message's earlier FPDUs
+		 * carry none, so there is room). */
+		if (f && f->wr_of == (int64_t)qp->cur.idx && !f->nput) {
+			memcpy(f->put, qp->cur.mr,
+			       (size_t)qp->cur.nsrc * sizeof(f->put[0]));
+			f->nput = (uint8_t)qp->cur.nsrc;
+			memset(qp->cur.mr, 0, sizeof(qp->cur.mr));
+		} else {
+			qp_put_refs(qp->cur.mr, qp->cur.nsrc);
+		}
 		qp->cur.active = false;
 	}
+	/* Here, with the QP's lock held, not in flush_sq: flush_idle runs on
+	 * a posting thread, which must not read the batch. */
+	sq_hold_update(qp);
 	flush_sq(qp, first_status,
 		 term == RDMAP_TERM_NONE ? 0 : (uint32_t)term);
 	if (qp->have_recv)
@@ -442,7 +490,77 @@ void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason)
 {
 	(void)reason;
 	qp_enter_error(qp, RDMAP_TERM_NONE, RDMAP_WC_WR_FLUSH_ERR);
+	/* Nothing can read the batch any more: let its WRs complete. */
 	release_all(qp);
+	if (qp->cfg.post_lock)
+		pthread_mutex_lock(qp->cfg.post_lock);
+	qp_sq_release(qp);
+	if (qp->cfg.post_lock)
+		pthread_mutex_unlock(qp->cfg.post_lock);
+}
+
+void rdmap_qp_shutdown(struct rdmap_qp *qp)
+{
+	qp_enter_error(qp, RDMAP_TERM_NONE, RDMAP_WC_WR_FLUSH_ERR);
+}
+
+static bool holds(struct rdmap_mr *const *refs, int n,
+		  const struct rdmap_mr *mr)
+{
+	for (int i = 0; i < n; i++)
+		if (refs[i] == mr)
+			return true;
+	return false;
+}
+
+/* Does the transmit side hold a reference on mr: the WR being cut into
+ * segments, an FPDU not yet sent, a Read Request not yet answered? */
+static bool tx_holds(const struct rdmap_qp *qp, const struct rdmap_mr *mr)
+{
+	if (qp->cur.active && holds(qp->cur.mr, qp->cur.nsrc, mr))
+		return true;
+	for (int i = qp->fp_done; i < qp->nfp; i++)
+		if (holds(qp->fp[i].put, qp->fp[i].nput, mr))
+			return true;
+	for (uint32_t i = qp->ird_head; qp->ird && i != qp->ird_tail; i++)
+		if (qp->ird[i % qp->ird_size].src == mr)
+			return true;
+	return false;
+}
+
+int rdmap_qp_revoke(struct rdmap_qp *qp, const struct rdmap_mr *mr)
+{
+	int ret = 0;
+
+	/* An octet handed to the kernel cannot be called back: only the
+	 * end of the stream stops a send that reads mr. */
+	if (tx_holds(qp, mr))
+		ret |= RDMAP_REVOKE_ABORT;
+	if (qp->tmr == mr) {
+		/* A tagged placement in flight (the peer stopped in the
+		 * middle of the FPDU): the rest of the FPDU is discarded,
+		 * and the peer learns that its STag names nothing any more,
+		 * as it would had the FPDU arrived after deregistration
+		 * (RFC 5041 7.2: tagged buffer error, Invalid STag). */
+		rdmap_mr_put(qp->tmr);
+		qp->tmr = NULL;
+		qp->tptr = NULL;
+		qp_fault(qp, rdmap_fault_ddp(DDP_ERR_T_INVALID_STAG), qp->hdr,
+			 qp->hdr_have, (uint16_t)qp->ulpdu_len);
+		qp->rx_state = RX_DISCARD;
+		ret |= RDMAP_REVOKE_SEND;
+	}
+	if (qp->have_recv && holds(qp->rmr, qp->nrsge, mr)) {
+		/* The posted receive being filled lost its memory: a local
+		 * protection error for it, a local error for the stream. */
+		qp_complete_recv(qp, RDMAP_WC_LOC_PROT_ERR, 0, false, false,
+				 0);
+		qp_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC),
+			 NULL, 0, 0);
+		qp->rx_state = RX_DISCARD;
+		ret |= RDMAP_REVOKE_SEND;
+	}
+	return ret;
 }
 
 /* Payload iovecs for [off, off + len) of a scatter list. */

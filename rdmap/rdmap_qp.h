@@ -251,6 +251,30 @@ int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send);
 void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason);
 
 /*
+ * The application closes the stream gracefully: enter ERROR and flush
+ * every WR, except that the WRs with octets in the part of the transmit
+ * batch the engine has not sent yet (and every later one) complete only
+ * once tx_done has reported those octets or rdmap_qp_stream_ended() ran:
+ * the kernel may read their memory until then. Idempotent.
+ */
+void rdmap_qp_shutdown(struct rdmap_qp *qp);
+
+/*
+ * mr was unpublished (rdmap_stag_unpublish) and still has references:
+ * drop those of the receive side at once (a placement in flight is
+ * diverted: its FPDU's remaining octets are discarded and the QP queues
+ * a Terminate and enters ERROR) and say what the owner must do. Returns
+ * a set of RDMAP_REVOKE_SEND (tx_fill has a Terminate) and
+ * RDMAP_REVOKE_ABORT (the transmit side holds mr: a send may read it,
+ * so the stream must be aborted; rdmap_qp_stream_ended() then drops the
+ * references). Under the lock that serialises the QP; never between
+ * rx_want and rx_done.
+ */
+#define RDMAP_REVOKE_SEND  0x1
+#define RDMAP_REVOKE_ABORT 0x2
+int rdmap_qp_revoke(struct rdmap_qp *qp, const struct rdmap_mr *mr);
+
+/*
  * Flush what was posted while the QP had no engine (ERROR with no
  * stream, or never started): every queued WR completes with FLUSH_ERR.
  * Called by the application side with its post lock held.

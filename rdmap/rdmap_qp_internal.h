@@ -39,7 +39,12 @@ struct tx_fpdu {
 	struct mpa_fpdu_scratch scr;
 	size_t end;               /* batch offset just past this FPDU */
 	int64_t wr_idx;           /* SQ index whose last FPDU this is, or -1 */
-	struct rdmap_mr *put;     /* reference to drop once sent */
+	int64_t wr_of;            /* SQ index whose payload it carries, or -1 */
+	/* References on the MRs its payload (and that of the earlier FPDUs
+	 * of the same message) is read from, dropped once it is sent: an MR
+	 * is not released while a send may still read it. */
+	struct rdmap_mr *put[RDMAP_MAX_SGE];
+	uint8_t nput;
 	bool close;               /* a Terminate: close the stream after it */
 	uint8_t body[RDMAP_TERM_MAX_LEN]; /* a Terminate's message body */
 };
@@ -96,6 +101,11 @@ struct rdmap_qp {
 	struct rdmap_ring sq, rq;
 	struct sq_meta *meta;
 	uint32_t sq_txpos;        /* next SQ index to start */
+	/* In ERROR: WRs from sq_hold_idx on are not completed yet, because
+	 * octets of theirs are in the unsent part of the transmit batch
+	 * (the kernel may still read them). Written under post_lock. */
+	bool sq_hold;
+	uint32_t sq_hold_idx;
 
 	/* ---- transmit ---- */
 	struct mpa_tx mtx;
@@ -164,8 +174,14 @@ struct rdmap_qp {
 /* Drop the n references of mr[] and clear the slots. */
 void qp_put_refs(struct rdmap_mr **mr, int n);
 
-/* Complete finished WRs from the head of the SQ, in SQ order. */
+/* Complete finished WRs from the head of the SQ, in SQ order, stopping
+ * at the hold (sq_hold). */
 void qp_sq_advance(struct rdmap_qp *qp);
+
+/* In ERROR, with the QP's lock and post_lock held: recompute the hold
+ * from the unsent part of the batch and complete what it no longer
+ * holds. */
+void qp_sq_release(struct rdmap_qp *qp);
 
 /* Complete the receive being placed (qp->recv) with status st; drops its
  * MR references and clears have_recv. */

@@ -638,14 +638,16 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	return 1;
 }
 
-/* Close now if the QP failed and has no Terminate left to send; say
- * whether there is something to send. */
+/* Close (gracefully) once the QP failed; say whether there is something
+ * to send. */
 static int rx_close(const struct rdmap_qp *qp)
 {
 	int ret = rdmap_qp_tx_pending(qp) ? RDMAP_RX_SEND : 0;
 
-	if (rdmap_qp_state(qp) == RDMAP_QP_ERROR && !qp->term_pending &&
-	    qp->b_sent == qp->b_total)
+	/* A graceful close still sends the batch and the Terminate, but
+	 * its deadline bounds how long a peer that stopped reading holds
+	 * them (and the WRs they belong to). */
+	if (rdmap_qp_state(qp) == RDMAP_QP_ERROR)
 		ret |= RDMAP_RX_CLOSE;
 	return ret;
 }

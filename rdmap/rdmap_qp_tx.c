@@ -44,7 +44,8 @@ static bool batch_room(const struct rdmap_qp *qp, int npay)
 /* Frame one ULPDU: header h (with payload pay[0..npay)) into the batch. */
 static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 		     const struct iovec *pay, int npay, int64_t wr_idx,
-		     struct rdmap_mr *put, bool close)
+		     int64_t wr_of, struct rdmap_mr *const *put, int nput,
+		     bool close)
 {
 	struct tx_fpdu *f = &qp->fp[qp->nfp];
 	struct iovec ul[RDMAP_MAX_SGE + 2];
@@ -70,7 +71,10 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 	qp->b_total += bytes;
 	f->end = qp->b_total;
 	f->wr_idx = wr_idx;
-	f->put = put;
+	f->wr_of = wr_of;
+	for (i = 0; i < nput; i++)
+		f->put[i] = put[i];
+	f->nput = (uint8_t)nput;
 	f->close = close;
 	qp->nfp++;
 	qp_stat_fpdu(qp, true, h, (uint32_t)plen);
@@ -96,7 +100,7 @@ static int tx_terminate(struct rdmap_qp *qp)
 	memcpy(f->body, body, (size_t)len);
 	pay.iov_base = f->body;
 	pay.iov_len = (size_t)len;
-	ret = batch_add(qp, &h, &pay, 1, -1, NULL, true);
+	ret = batch_add(qp, &h, &pay, 1, -1, -1, NULL, 0, true);
 	if (ret)
 		return ret;
 	qp->term_pending = false;
@@ -113,7 +117,7 @@ static int tx_zero_write(struct rdmap_qp *qp)
 	h.ddp.last = true;
 	h.ddp.tagged = true;
 	h.ddp.t.stag = RTR_STAG;
-	return batch_add(qp, &h, NULL, 0, -1, NULL, false);
+	return batch_add(qp, &h, NULL, 0, -1, -1, NULL, 0, false);
 }
 
 /* The RFC 6581 RTR: a zero-length WRITE or READ as the first FPDU. */
@@ -133,7 +137,7 @@ static int tx_rtr(struct rdmap_qp *qp)
 	h.rreq.src_stag = RTR_STAG;
 	*o = (struct ord_entry){ .wr_idx = -1, .sink_stag = RTR_STAG };
 	qp->ord_tail++;
-	return batch_add(qp, &h, NULL, 0, -1, NULL, false);
+	return batch_add(qp, &h, NULL, 0, -1, -1, NULL, 0, false);
 }
 
 int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send)
@@ -183,8 +187,10 @@ static int tx_read_resp(struct rdmap_qp *qp)
 	pay.iov_base = e->src ? rdmap_mr_ptr(e->src, e->rr.src_to + e->sent)
 			      : NULL;
 	pay.iov_len = len;
-	ret = batch_add(qp, &h, &pay, len ? 1 : 0, -1,
-			last ? e->src : NULL, false);
+	/* The last segment's FPDU keeps the source MR referenced until it
+	 * is sent, which covers the earlier ones. */
+	ret = batch_add(qp, &h, &pay, len ? 1 : 0, -1, -1, &e->src,
+			last ? 1 : 0, false);
 	if (ret)
 		return ret;
 	e->sent += len;
@@ -339,7 +345,7 @@ static int tx_segment(struct rdmap_qp *qp)
 		h.rreq.size = s->length;
 		h.rreq.src_stag = wr->rkey;
 		h.rreq.src_to = wr->remote_addr + c->read_off;
-		ret = batch_add(qp, &h, NULL, 0, -1, NULL, false);
+		ret = batch_add(qp, &h, NULL, 0, -1, -1, NULL, 0, false);
 		if (ret)
 			return ret;
 		o = &qp->ord[qp->ord_tail % qp->ord_size];
@@ -369,15 +375,17 @@ static int tx_segment(struct rdmap_qp *qp)
 		h.opcode = send_opcode(wr);
 		h.inval_stag = wr->inv_stag;
 	}
+	/* The last FPDU takes over the references: the MRs stay referenced
+	 * until every octet of the message has been sent, so that
+	 * ibv_dereg_mr of memory a send may still read aborts the stream
+	 * rather than return while the kernel reads it. */
 	ret = batch_add(qp, &h, pay, npay, h.ddp.last ? (int64_t)c->idx : -1,
-			NULL, false);
+			(int64_t)c->idx, c->mr, h.ddp.last ? c->nsrc : 0,
+			false);
 	if (ret)
 		return ret;
 	if (h.ddp.last) {
-		/* The references only guard the translation: the verbs
-		 * contract forbids deregistering memory that an outstanding
-		 * WR names. */
-		qp_put_refs(c->mr, c->nsrc);
+		memset(c->mr, 0, sizeof(c->mr));
 		c->active = false;
 	}
 	return 1;
@@ -469,15 +477,23 @@ int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n)
 	while (qp->fp_done < qp->nfp && qp->fp[qp->fp_done].end <= qp->b_sent) {
 		struct tx_fpdu *f = &qp->fp[qp->fp_done++];
 
-		rdmap_mr_put(f->put);
-		f->put = NULL;
+		qp_put_refs(f->put, f->nput);
+		f->nput = 0;
 		if (f->wr_idx >= 0 && rdmap_qp_state(qp) != RDMAP_QP_ERROR)
 			wr_sent(qp, (uint32_t)f->wr_idx);
 		if (f->close)
 			close = 1;
 	}
-	if (rdmap_qp_state(qp) != RDMAP_QP_ERROR)
+	if (rdmap_qp_state(qp) != RDMAP_QP_ERROR) {
 		qp_sq_advance(qp);
+		return close;
+	}
+	/* Flushed WRs held back because of these octets may go now. */
+	if (qp->cfg.post_lock)
+		pthread_mutex_lock(qp->cfg.post_lock);
+	qp_sq_release(qp);
+	if (qp->cfg.post_lock)
+		pthread_mutex_unlock(qp->cfg.post_lock);
 	return close;
 }
 

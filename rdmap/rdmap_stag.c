@@ -8,7 +8,6 @@
 #include "ddp.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -55,6 +54,11 @@ int rdmap_stag_table_init(struct rdmap_stag_table *t, uint32_t max_entries)
 	ret = -pthread_mutex_init(&t->lock, NULL);
 	if (ret)
 		goto err_free;
+	ret = -pthread_cond_init(&t->unref, NULL);
+	if (ret) {
+		pthread_mutex_destroy(&t->lock);
+		goto err_free;
+	}
 	return 0;
 
 err_free:
@@ -74,6 +78,7 @@ void rdmap_stag_table_fini(struct rdmap_stag_table *t)
 	free((void *)t->chunk);
 	free(t->quar);
 	t->chunk = NULL;
+	pthread_cond_destroy(&t->unref);
 	pthread_mutex_destroy(&t->lock);
 }
 
@@ -202,6 +207,7 @@ int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 	}
 	mr->stag = index << RDMAP_STAG_KEY_BITS | key;
 	mr->slot = s;
+	mr->table = t;
 	atomic_init(&mr->valid, true);
 	/* The MR is complete before the word that lets lookups in. */
 	atomic_store_explicit(&s->mr, mr, memory_order_relaxed);
@@ -234,25 +240,44 @@ static void quarantine(struct rdmap_stag_table *t, uint32_t n)
 	t->quar_len++;
 }
 
+bool rdmap_stag_unpublish(struct rdmap_stag_table *t, struct rdmap_mr *mr)
+{
+	uint64_t w;
+
+	(void)t;
+	atomic_store(&mr->valid, false);
+	/* With LIVE clear no lookup can take a new reference (its
+	 * compare-and-swap expects LIVE); the ones already taken stay
+	 * counted in the word. */
+	w = atomic_fetch_and_explicit(&mr->slot->word, ~RDMAP_SLOT_LIVE,
+				      memory_order_acq_rel);
+	return (w & RDMAP_SLOT_REFS) != 0;
+}
+
+void rdmap_stag_unref_wake(struct rdmap_stag_table *t)
+{
+	/* Under the lock: remove() checks the count under it before it
+	 * sleeps, so this wake-up cannot fall between its check and its
+	 * sleep. */
+	pthread_mutex_lock(&t->lock);
+	pthread_cond_broadcast(&t->unref);
+	pthread_mutex_unlock(&t->lock);
+}
+
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 {
 	struct rdmap_stag_slot *s = mr->slot;
 	uint32_t n = (mr->stag >> RDMAP_STAG_KEY_BITS) & (nslots(t) - 1);
 
-	atomic_store(&mr->valid, false);
-	/* Unpublish: with LIVE clear no lookup can take a new reference
-	 * (its compare-and-swap expects LIVE); the ones already taken stay
-	 * counted in the word. */
-	atomic_fetch_and_explicit(&s->word, ~RDMAP_SLOT_LIVE,
-				  memory_order_acq_rel);
-	/* Wait for them: each put is a release, so every placement into the
-	 * MR happens before this loop ends. */
+	rdmap_stag_unpublish(t, mr);
+	pthread_mutex_lock(&t->lock);
+	/* Each put is a release, so every placement into the MR happens
+	 * before this loop ends; the last put of an unpublished MR
+	 * broadcasts (rdmap_mr_put). */
 	while (atomic_load_explicit(&s->word, memory_order_acquire) &
 	       RDMAP_SLOT_REFS)
-		sched_yield();
+		pthread_cond_wait(&t->unref, &t->lock);
 	atomic_store_explicit(&s->mr, NULL, memory_order_relaxed);
-
-	pthread_mutex_lock(&t->lock);
 	quarantine(t, n);
 	t->nlive--;
 	pthread_mutex_unlock(&t->lock);

@@ -40,9 +40,18 @@
  *    compare-and-swap that succeeds only while the word still carries the
  *    same STag with LIVE set. Only then does it read the MR pointer and
  *    touch the MR; it never dereferences an MR it holds no reference on.
- *  - rdmap_stag_remove() clears LIVE (no new reference can be taken from
- *    then on), waits until the count drops to zero and only then
- *    releases the slot; the caller may free the MR as soon as it returns.
+ *  - rdmap_stag_unpublish() clears LIVE (no new reference can be taken
+ *    from then on); rdmap_stag_remove() then sleeps on a condition
+ *    variable until the count drops to zero (the put that drops the last
+ *    reference of an unpublished MR wakes it) and only then releases the
+ *    slot; the caller may free the MR as soon as it returns.
+ *  - Nothing here makes the holders hurry: a reference must never be
+ *    held for as long as a peer decides (a stalled FPDU, a send stuck in
+ *    a closed window). The owner of the references (the verbs layer)
+ *    revokes them between unpublish and remove: rdmap_qp_revoke() drops
+ *    what a QP holds on the receive side and says when a send must be
+ *    aborted first (docs/architecture.md, "Teardown and memory
+ *    lifetime").
  *
  * So memory is never placed into after ibv_dereg_mr() returns, and a
  * lookup never reads freed memory.
@@ -89,10 +98,12 @@ struct rdmap_mr {
 				   * ibv_reg_mr MR (rdmap_stag.c) */
 	atomic_bool valid;        /* cleared by invalidation */
 	struct rdmap_stag_slot *slot; /* where its references are counted */
+	struct rdmap_stag_table *table; /* whom the last put wakes */
 };
 
 struct rdmap_stag_table {
 	pthread_mutex_t lock;     /* registration side only */
+	pthread_cond_t unref;     /* an unpublished MR lost its last ref */
 	_Atomic(struct rdmap_stag_slot *) *chunk; /* 2^slot_bits slots */
 	uint32_t slot_bits;       /* k: slot = index mod 2^k */
 	uint32_t nlive, max_live;
@@ -112,9 +123,19 @@ void rdmap_stag_table_fini(struct rdmap_stag_table *t);
  * a getrandom() call or a few. */
 int rdmap_stag_insert(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 
-/* Unpublish mr and wait for every reference taken on it to be put; the
- * caller may free mr once this returns. */
+/* Stop new references to mr (it is invalid and its STag names nothing
+ * from now on). Returns true if references taken before are still held.
+ * Idempotent. */
+bool rdmap_stag_unpublish(struct rdmap_stag_table *t, struct rdmap_mr *mr);
+
+/* Unpublish mr and sleep (never spin) until every reference taken on it
+ * has been put; the caller may free mr once this returns. How long that
+ * is depends only on the holders: see rdmap_stag_unpublish(). */
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr);
+
+/* The put that drops the last reference of an unpublished MR: wake
+ * rdmap_stag_remove(). Called by rdmap_mr_put() only. */
+void rdmap_stag_unref_wake(struct rdmap_stag_table *t);
 
 /* The MR named by stag with a reference taken, or NULL if no live MR has
  * exactly that STag. Valid or not: the caller checks. O(1), lock-free;
@@ -130,9 +151,17 @@ bool rdmap_stag_remote_invalidate(struct rdmap_stag_table *t, uint32_t stag,
 /* Drop a reference taken by rdmap_stag_get(); NULL is ignored. */
 static inline void rdmap_mr_put(struct rdmap_mr *mr)
 {
-	if (mr)
-		atomic_fetch_sub_explicit(&mr->slot->word, 1,
-					  memory_order_release);
+	struct rdmap_stag_table *t;
+	uint64_t old;
+
+	if (!mr)
+		return;
+	/* Read before the put: once the count is 0, mr may be freed. */
+	t = mr->table;
+	old = atomic_fetch_sub_explicit(&mr->slot->word, 1,
+					memory_order_release);
+	if (!(old & RDMAP_SLOT_LIVE) && (old & RDMAP_SLOT_REFS) == 1)
+		rdmap_stag_unref_wake(t);
 }
 
 /* Check access to [to, to + len) of mr for pd with rights acc. Returns

@@ -127,6 +127,13 @@ void glue_conn_release(struct glue_conn *c);
 void glue_conn_close(struct glue_conn *c, int reason, bool graceful);
 
 /*
+ * From any thread: ask the engine to start a graceful close of c, as
+ * glue_conn_close(c, 0, true) does on the engine thread. Safe until
+ * glue_conn_free(c).
+ */
+void glue_conn_close_soon(struct glue_conn *c);
+
+/*
  * Free c once its ended() has run. Until then, and until this call,
  * glue_conn_kick() on c stays safe from any thread; owners that may kick
  * concurrently with ended() rely on that.

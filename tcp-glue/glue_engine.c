@@ -241,13 +241,14 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 		c->next->prev = c->prev;
 	c->next = c->prev = NULL;
 	e->be->conn_del(e, c);
+	/* Close under both locks: a posting thread in glue_conn_send_now()
+	 * or a polling one in glue_conn_recv_now() that checked the state
+	 * before it changed is still using the descriptor, and a closed
+	 * number may already name another file. Once it has let go, it
+	 * finds the connection gone. */
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
 	conn_set_state(c, GLUE_CONN_GONE);
-	/* Closed under both locks: a polling thread may still be inside
-	 * rx_drain or glue_conn_send_now with c->fd (it checked the state
-	 * before the abort); closed before, its next recvmsg could read a
-	 * descriptor the kernel has already given to another open. */
 	close(c->fd);
 	c->fd = -1;
 	pthread_mutex_unlock(&c->rx_lock);
@@ -275,6 +276,17 @@ void glue_conn_close(struct glue_conn *c, int reason, bool graceful)
 		return;
 	}
 	conn_start_close(c);
+}
+
+void glue_conn_close_soon(struct glue_conn *c)
+{
+	/* pump_rx() takes the request on the engine's next pass; tx_more
+	 * makes pump_tx() ask tx_fill once more before it half-closes, so
+	 * that what the owner still has queued goes out first. */
+	atomic_store(&c->tx_more, true);
+	atomic_store(&c->close_req, true);
+	atomic_store(&c->rx_more, true);
+	wake(c->e);
 }
 
 void glue_conn_free(struct glue_conn *c)

@@ -4,6 +4,7 @@
  * against the SQ ring.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <string.h>
 
 #include "rdmap_qp.h"
@@ -885,4 +886,116 @@ Test(qp, siw_terminate_explains_the_read)
 	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
 	rr_expect_wc(RDMAP_WC_REM_ACCESS_ERR, TERM_ACCESS);
 	rr_qp_free(qp);
+}
+
+/* ---- teardown: a flushed WR waits for the batch that reads it ---- */
+
+static struct rdmap_cqe td_cqe[4];
+static int td_ncqe;
+
+static void td_complete(void *arg, const struct rdmap_cqe *c)
+{
+	(void)arg;
+	cr_assert_lt(td_ncqe, 4);
+	td_cqe[td_ncqe++] = *c;
+}
+
+/* A started QP with a WRITE of 8000 octets from mr taken into the
+ * transmit batch, of which only half was reported sent. */
+static struct rdmap_qp *td_qp(struct rdmap_stag_table *t,
+			      struct rdmap_mr *mr, uint8_t *mem, size_t len)
+{
+	static const struct rdmap_qp_ops o = { .complete = td_complete };
+	struct rdmap_qp_cfg cfg = { .pd = (void *)1, .stags = t, .ops = &o,
+				    .sq_size = 4, .rq_size = 4 };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
+	struct rdmap_send_wr *w;
+	struct rdmap_qp *qp;
+	struct iovec iov[64];
+	size_t bytes = 0;
+	int n;
+
+	td_ncqe = 0;
+	cr_assert_eq(rdmap_stag_table_init(t, 16), 0);
+	*mr = (struct rdmap_mr){ .addr = mem, .iova = 0x1000, .length = len,
+				 .pd = (void *)1 };
+	cr_assert_eq(rdmap_stag_insert(t, mr), 0);
+	qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	w = rdmap_ring_slot(rdmap_qp_sq(qp), 0);
+	memset(w, 0, sizeof(*w));
+	w->wr_id = 9;
+	w->opcode = RDMAP_WR_WRITE;
+	w->flags = RDMAP_WR_SIGNALED;
+	w->num_sge = 1;
+	w->sge[0] = (struct rdmap_sge){ mr->iova, 8000, mr->stag };
+	w->length = 8000;
+	w->rkey = 0x1234;
+	atomic_store(&rdmap_qp_sq(qp)->tail, 1);
+	n = rdmap_qp_tx_fill(qp, iov, 64);
+	cr_assert_gt(n, 0);
+	for (int i = 0; i < n; i++)
+		bytes += iov[i].iov_len;
+	cr_assert_gt(bytes, 8000);
+	rdmap_qp_tx_done(qp, bytes / 2);
+	cr_assert_eq(td_ncqe, 0, "half sent: not complete");
+	return qp;
+}
+
+static uint64_t td_refs(const struct rdmap_mr *mr)
+{
+	return atomic_load(&mr->slot->word) & RDMAP_SLOT_REFS;
+}
+
+Test(qp, flushed_write_completes_once_its_batch_is_sent)
+{
+	static uint8_t mem[8192];
+	struct rdmap_stag_table t;
+	struct rdmap_mr mr;
+	struct rdmap_qp *qp = td_qp(&t, &mr, mem, sizeof(mem));
+	struct iovec iov[64];
+	size_t bytes = 0;
+	int n;
+
+	/* The application disconnects: the rest of the batch may still be
+	 * read by the kernel, so the WRITE must not complete yet. */
+	rdmap_qp_shutdown(qp);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_ERROR);
+	cr_assert_eq(td_ncqe, 0, "completed while its octets were unsent");
+	cr_assert_gt(td_refs(&mr), 0, "the batch keeps the MR referenced");
+	/* The graceful close sends the rest; then it completes, flushed. */
+	n = rdmap_qp_tx_fill(qp, iov, 64);
+	cr_assert_gt(n, 0, "the rest of the batch still goes out");
+	for (int i = 0; i < n; i++)
+		bytes += iov[i].iov_len;
+	rdmap_qp_tx_done(qp, bytes);
+	cr_assert_eq(td_ncqe, 1);
+	cr_assert_eq(td_cqe[0].wr_id, 9);
+	cr_assert_eq(td_cqe[0].status, RDMAP_WC_WR_FLUSH_ERR);
+	cr_assert_eq(td_refs(&mr), 0);
+	rdmap_qp_destroy(qp);
+	rdmap_stag_remove(&t, &mr);
+	rdmap_stag_table_fini(&t);
+}
+
+Test(qp, dereg_of_memory_in_the_batch_aborts_the_stream)
+{
+	static uint8_t mem[8192];
+	struct rdmap_stag_table t;
+	struct rdmap_mr mr;
+	struct rdmap_qp *qp = td_qp(&t, &mr, mem, sizeof(mem));
+
+	cr_assert(rdmap_stag_unpublish(&t, &mr), "references are held");
+	cr_assert_eq(rdmap_qp_revoke(qp, &mr) & RDMAP_REVOKE_ABORT,
+		     RDMAP_REVOKE_ABORT, "a send may read it: abort");
+	cr_assert_eq(td_ncqe, 0);
+	/* The engine aborted the stream and reaped the send: now. */
+	rdmap_qp_stream_ended(qp, ECONNABORTED);
+	cr_assert_eq(td_ncqe, 1);
+	cr_assert_eq(td_cqe[0].status, RDMAP_WC_WR_FLUSH_ERR);
+	cr_assert_eq(td_refs(&mr), 0, "every reference dropped");
+	rdmap_stag_remove(&t, &mr);
+	rdmap_qp_destroy(qp);
+	rdmap_stag_table_fini(&t);
 }

@@ -155,6 +155,11 @@ static inline void wisp_qp_set_state(struct wisp_qp *qp, enum ibv_qp_state s)
 /* Enter ERROR and flush every WR, serialised with the data path. */
 void wisp_qp_core_end(struct wisp_qp *qp, int reason);
 
+/* ibv_dereg_mr: mr was unpublished with references still held; make
+ * every QP of ctx drop them without waiting for a peer (rdmap_qp_revoke)
+ * and return once the engine has started to. */
+void wisp_qps_revoke_mr(struct ibv_context *ctx, const struct rdmap_mr *mr);
+
 /* Close the stream on the engine thread unless it is already over:
  * graceful flushes locally at once and lets the peer learn from the
  * FIN; otherwise the socket is shut down. No-op without a stream. */

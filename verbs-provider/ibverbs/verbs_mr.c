@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "rdmap_stag.h"
-#include "wisp_verbs.h"
+#include "verbs_internal.h"
 
 struct wisp_mr {
 	struct ibv_mr base;
@@ -98,13 +98,20 @@ struct ibv_mr *wisp_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 
 int wisp_dereg_mr(struct ibv_mr *ibmr)
 {
+	struct rdmap_stag_table *t;
 	struct wisp_mr *mr;
 
 	if (!ibmr)
 		return EINVAL;
 	mr = container_of(ibmr, struct wisp_mr, base);
-	/* Waits for any placement into it that is under way. */
-	rdmap_stag_remove(to_wctx(ibmr->context)->stags, &mr->m);
+	t = to_wctx(ibmr->context)->stags;
+	/* No new reference from now on. The ones held are never left to a
+	 * peer: the QPs drop them (a placement in flight is diverted, a
+	 * send that may read the MR is aborted) and remove() sleeps only
+	 * until the engine has done so. */
+	if (rdmap_stag_unpublish(t, &mr->m))
+		wisp_qps_revoke_mr(ibmr->context, &mr->m);
+	rdmap_stag_remove(t, &mr->m);
 	wisp_pd_put(ibmr->pd);
 	free(mr);
 	return 0;

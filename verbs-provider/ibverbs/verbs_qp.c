@@ -84,6 +84,13 @@ static void core_fatal(void *arg, int term)
 	struct wisp_qp *qp = arg;
 
 	wisp_qp_set_state(qp, IBV_QPS_ERR);
+	/* Whatever failed it, the stream closes gracefully now: what was
+	 * handed to the engine (and the Terminate) still goes out, and the
+	 * close deadline bounds how long a peer that stopped reading holds
+	 * the WRs that wait for it. Called with the core locked, while the
+	 * stream (if any) is alive. */
+	if (qp->stream.conn)
+		glue_conn_close_soon(qp->stream.conn);
 	if (term != RDMAP_TERM_NONE) {
 		struct ibv_async_event ev = {
 			.element.qp = &qp->base.qp,
@@ -129,8 +136,12 @@ static void close_cmd(void *arg)
 	if (ended)
 		return;
 	if (a->graceful) {
-		/* Flush locally now; the peer learns from the FIN. */
-		wisp_qp_core_end(qp, 0);
+		/* Flush locally now; the peer learns from the FIN. What the
+		 * engine was handed to send still goes (or the close deadline
+		 * aborts it): its WRs complete only after that. */
+		pthread_mutex_lock(&qp->core_lock);
+		rdmap_qp_shutdown(qp->core);
+		pthread_mutex_unlock(&qp->core_lock);
 		wisp_qp_set_state(qp, IBV_QPS_ERR);
 	}
 	glue_conn_close(qp->stream.conn, a->reason, a->graceful);
@@ -169,6 +180,56 @@ static void detach_conn(struct wisp_qp *qp)
 		wisp_cq_del_conn(qp->rcq, c);
 	qp->stream.conn = NULL;
 	glue_conn_free(c);
+}
+
+/* ---- ibv_dereg_mr of an MR that QPs still reference ---- */
+
+struct revoke_args {
+	struct ibv_context *ctx;
+	const struct rdmap_mr *mr;
+};
+
+/* Engine thread: every QP of the context drops what it holds on mr (the
+ * receive side at once, the transmit side by aborting its stream). The
+ * engine serialises this with ended(), so a QP whose core still holds a
+ * reference has a live connection. */
+static void revoke_cmd(void *arg)
+{
+	struct revoke_args *a = arg;
+	struct wisp_qp *qp;
+
+	pthread_mutex_lock(&qps_lock);
+	for (qp = qps_head; qp; qp = qp->qps_next) {
+		int r;
+
+		if (qp->base.qp.context != a->ctx || !qp->stream.conn)
+			continue;
+		pthread_mutex_lock(&qp->core_lock);
+		r = rdmap_qp_revoke(qp->core, a->mr);
+		pthread_mutex_unlock(&qp->core_lock);
+		if (r & RDMAP_REVOKE_ABORT)
+			glue_conn_close(qp->stream.conn, ECONNABORTED, false);
+		if (r)
+			glue_conn_kick(qp->stream.conn);
+	}
+	pthread_mutex_unlock(&qps_lock);
+}
+
+void wisp_qps_revoke_mr(struct ibv_context *ctx, const struct rdmap_mr *mr)
+{
+	struct revoke_args a = { ctx, mr };
+	struct glue_engine *e = NULL;
+	struct wisp_qp *qp;
+
+	pthread_mutex_lock(&qps_lock);
+	for (qp = qps_head; qp && !e; qp = qp->qps_next)
+		if (qp->base.qp.context == ctx)
+			e = qp->stream.engine;
+	pthread_mutex_unlock(&qps_lock);
+	/* References are only taken by QPs with a stream, and every stream
+	 * of a context runs on its one engine. */
+	if (e)
+		glue_engine_call(e, revoke_cmd, &a);
 }
 
 struct ibv_qp *wisp_qp_lookup(uint32_t qp_num)
@@ -410,10 +471,13 @@ static int reset_core(struct wisp_qp *qp)
 	core = rdmap_qp_create(&cfg);
 	if (!core)
 		return ENOMEM;
+	/* The core lock too: ibv_dereg_mr's revocation reads qp->core. */
+	pthread_mutex_lock(&qp->core_lock);
 	pthread_mutex_lock(&qp->post_lock);
 	rdmap_qp_destroy(qp->core);
 	qp->core = core;
 	pthread_mutex_unlock(&qp->post_lock);
+	pthread_mutex_unlock(&qp->core_lock);
 	return 0;
 }
 

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_glue.c - the engine's closing against threads that receive
+ * directly.
+ *
+ * glue_conn_recv_now() checks the connection's state under rx_lock and
+ * then calls rx_want and recvmsg on the socket, in a loop. The engine,
+ * finishing a connection whose graceful close ran out of time, must not
+ * close the descriptor while such a thread is between its check and its
+ * recvmsg: the number could by then name another file, whose octets the
+ * thread would take and feed to the protocol.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "glue.h"
+
+struct fdt {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool in_want, release;
+	size_t got;               /* octets the polling thread received */
+	atomic_bool ended;
+	uint8_t rx[256];
+	struct glue_conn *c;
+	struct glue_engine *e;
+};
+
+/* The polling thread's first rx_want blocks, after the state check,
+ * until the test lets it go; the engine's are plain. */
+static int fdt_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct fdt *t = arg;
+
+	(void)cap;
+	iov[0].iov_base = t->rx;
+	iov[0].iov_len = sizeof(t->rx);
+	if (glue_on_engine(t->e))
+		return 1;
+	pthread_mutex_lock(&t->lock);
+	if (!t->release) {
+		t->in_want = true;
+		pthread_cond_broadcast(&t->cond);
+		while (!t->release)
+			pthread_cond_wait(&t->cond, &t->lock);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return 1;
+}
+
+static int fdt_rx_done(void *arg, size_t n)
+{
+	struct fdt *t = arg;
+
+	if (!glue_on_engine(t->e))
+		t->got += n;
+	return 0;
+}
+
+static int fdt_tx_fill(void *arg, struct iovec *iov, int cap)
+{
+	(void)arg;
+	(void)iov;
+	(void)cap;
+	return 0;
+}
+
+static int fdt_tx_done(void *arg, size_t n)
+{
+	(void)arg;
+	(void)n;
+	return 0;
+}
+
+static void fdt_ended(void *arg, int reason)
+{
+	struct fdt *t = arg;
+
+	(void)reason;
+	atomic_store(&t->ended, true);
+}
+
+static const struct glue_conn_ops fdt_ops = {
+	.rx_want = fdt_rx_want,
+	.rx_done = fdt_rx_done,
+	.tx_fill = fdt_tx_fill,
+	.tx_done = fdt_tx_done,
+	.ended = fdt_ended,
+};
+
+static void *poller_main(void *arg)
+{
+	struct fdt *t = arg;
+
+	/* The engine may hold rx_lock for a moment: try until in. */
+	while (!glue_conn_recv_now(t->c)) {
+		bool in;
+
+		pthread_mutex_lock(&t->lock);
+		in = t->in_want || t->release;
+		pthread_mutex_unlock(&t->lock);
+		if (in)
+			break;
+		usleep(1000);
+	}
+	return NULL;
+}
+
+static void close_cmd(void *arg)
+{
+	glue_conn_close(arg, 0, true);
+}
+
+static int64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void close_under_poller(enum glue_kind kind)
+{
+	static const char stolen[] = "another file's octets";
+	struct fdt t = { 0 };
+	int sv[2], other[2], fd;
+	struct glue_engine *e;
+	bool closed = false;
+	pthread_t th;
+
+	pthread_mutex_init(&t.lock, NULL);
+	pthread_cond_init(&t.cond, NULL);
+	atomic_init(&t.ended, false);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, other), 0);
+	cr_assert_eq(send(other[1], stolen, sizeof(stolen), 0),
+		     (ssize_t)sizeof(stolen));
+	e = glue_engine_create(kind);
+	if (!e && kind == GLUE_URING)
+		cr_skip_test("io_uring refused here: %s", strerror(errno));
+	cr_assert_not_null(e);
+	t.e = e;
+	fd = sv[0];
+	t.c = glue_conn_add(e, fd, &fdt_ops, &t);
+	cr_assert_not_null(t.c);
+
+	/* A polling thread passes the state check and stops in rx_want. */
+	cr_assert_eq(pthread_create(&th, NULL, poller_main, &t), 0);
+	pthread_mutex_lock(&t.lock);
+	while (!t.in_want)
+		pthread_cond_wait(&t.cond, &t.lock);
+	pthread_mutex_unlock(&t.lock);
+
+	/* A graceful close; the peer never closes its side, so the close
+	 * deadline (2 s) aborts the connection and the engine finishes it. */
+	glue_engine_call(e, close_cmd, t.c);
+	for (int64_t end = ms_now() + 3000; ms_now() < end && !closed;
+	     usleep(1000))
+		closed = fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+	if (closed) {
+		/* The number is free while the poller still holds it: another
+		 * file takes it, as one may in any program. */
+		cr_assert_eq(dup2(other[0], fd), fd);
+	}
+
+	pthread_mutex_lock(&t.lock);
+	t.release = true;
+	pthread_cond_broadcast(&t.cond);
+	pthread_mutex_unlock(&t.lock);
+	pthread_join(th, NULL);
+
+	cr_assert_eq(t.got, 0, "the poller received %zu octets of another "
+		     "file", t.got);
+	cr_assert(!closed, "the descriptor was closed under the poller");
+	for (int64_t end = ms_now() + 5000;
+	     ms_now() < end && !atomic_load(&t.ended);)
+		usleep(1000);
+	cr_assert(atomic_load(&t.ended), "the connection ended");
+	glue_conn_free(t.c);
+	glue_engine_destroy(e);
+	if (closed)
+		close(fd);
+	close(sv[1]);
+	close(other[0]);
+	close(other[1]);
+}
+
+Test(glue, close_waits_for_a_direct_receiver_uring, .timeout = 30)
+{
+	close_under_poller(GLUE_URING);
+}
+
+Test(glue, close_waits_for_a_direct_receiver_epoll, .timeout = 30)
+{
+	close_under_poller(GLUE_EPOLL);
+}
