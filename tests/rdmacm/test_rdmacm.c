@@ -14,6 +14,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +256,49 @@ Test(rdmacm, nonblocking_channel)
 	cr_assert_eq(rdma_get_cm_event(ch, &ev), -1);
 	cr_assert_eq(errno, EAGAIN);
 	rdma_destroy_event_channel(ch);
+}
+
+static atomic_bool waiter_returned;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+static void *channel_waiter(void *arg)
+{
+	struct rdma_cm_event *ev;
+
+	rdma_get_cm_event(arg, &ev);
+	atomic_store(&waiter_returned, true);
+	return NULL;
+}
+
+/*
+ * rping destroys its event channel while its CM thread still waits in
+ * rdma_get_cm_event(). Over rdma-core that thread stays blocked in the
+ * kernel's read() until the process ends. A signal then wakes wisp's
+ * waiter (EINTR, or POLLNVAL on the closed descriptor): it must neither
+ * touch the freed channel (ASan) nor return as if it had an event.
+ */
+Test(rdmacm, channel_destroyed_under_a_waiter)
+{
+	struct sigaction sa = { .sa_handler = on_usr1 };  /* no SA_RESTART */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	pthread_t t;
+
+	cr_assert_not_null(ch);
+	cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+	cr_assert_eq(pthread_create(&t, NULL, channel_waiter, ch), 0);
+	usleep(50 * 1000);    /* where it waits does not matter: see above */
+	rdma_destroy_event_channel(ch);
+	for (int i = 0; i < 5; i++) {
+		pthread_kill(t, SIGUSR1);
+		usleep(20 * 1000);
+	}
+	cr_assert(!atomic_load(&waiter_returned),
+		  "rdma_get_cm_event returned from a destroyed channel");
+	pthread_detach(t);
 }
 
 Test(rdmacm, getaddrinfo)

@@ -43,8 +43,17 @@ void wcm_channel_free(struct wcm_channel *ch)
 		ch->head = e->next;
 		free(e);
 	}
+	ch->tail = NULL;
+	if (ch->dead)
+		return;
 	close(ch->ch.fd);
-	free(ch);
+	ch->ch.fd = -1;
+	/* A thread still waiting in rdma_get_cm_event() owns the memory
+	 * from now on (see there). */
+	if (ch->waiters)
+		ch->dead = true;
+	else
+		free(ch);
 }
 
 static void level_up(struct wcm_channel *ch)
@@ -213,10 +222,28 @@ static int give_private_channel(struct wcm_id *child)
 	return 0;
 }
 
+/*
+ * The channel was destroyed while this thread waited on it (rping does
+ * that: its main thread destroys the channel its CM thread reads). Over
+ * rdma-core the thread is blocked in the kernel's read() of a file whose
+ * descriptor was closed, and stays there until the process ends; it
+ * never touches the freed channel. Do the same: the last waiter frees
+ * the memory, and no waiter returns. wcm.lock held; never returns.
+ */
+static _Noreturn void wait_forever(struct wcm_channel *ch)
+{
+	if (!ch->waiters)
+		free(ch);
+	pthread_mutex_unlock(&wcm.lock);
+	for (;;)
+		pause();
+}
+
 int rdma_get_cm_event(struct rdma_event_channel *channel,
 		      struct rdma_cm_event **event)
 {
 	struct wcm_channel *ch;
+	int ret, err;
 
 	if (!channel || !event) {
 		errno = EINVAL;
@@ -224,11 +251,14 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 	}
 	ch = to_wch(channel);
 	for (;;) {
-		struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
+		struct pollfd pfd = { .events = POLLIN };
 		struct wcm_event *e;
 		int flags;
 
 		pthread_mutex_lock(&wcm.lock);
+		if (ch->dead)
+			wait_forever(ch);
+		pfd.fd = channel->fd;
 		e = ch->head;
 		if (e) {
 			ch->head = e->next;
@@ -253,17 +283,27 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 			*event = &e->ev;
 			return 0;
 		}
-		pthread_mutex_unlock(&wcm.lock);
-
 		/* As the kernel's read() on rdma-core's channel: EAGAIN if
 		 * the application set O_NONBLOCK, else wait. */
-		flags = fcntl(channel->fd, F_GETFL);
+		flags = fcntl(pfd.fd, F_GETFL);
 		if (flags >= 0 && (flags & O_NONBLOCK)) {
+			pthread_mutex_unlock(&wcm.lock);
 			errno = EAGAIN;
 			return -1;
 		}
-		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+		ch->waiters++;
+		pthread_mutex_unlock(&wcm.lock);
+		ret = poll(&pfd, 1, -1);
+		err = errno;
+		pthread_mutex_lock(&wcm.lock);
+		ch->waiters--;
+		if (ch->dead)
+			wait_forever(ch);
+		pthread_mutex_unlock(&wcm.lock);
+		if (ret < 0 && err != EINTR) {
+			errno = err;
 			return -1;
+		}
 	}
 }
 

@@ -128,6 +128,11 @@ struct wcm_channel {
 	struct rdma_event_channel ch; /* ch.fd: eventfd, readable while
 				       * events are queued */
 	struct wcm_event *head, *tail;
+	/* Threads inside rdma_get_cm_event() waiting on ch.fd, and whether
+	 * the channel was destroyed under them: the last one to leave frees
+	 * it (wcm.lock). */
+	unsigned int waiters;
+	bool dead;
 };
 
 static inline struct wcm_channel *to_wch(struct rdma_event_channel *ch)
