@@ -4,6 +4,7 @@
  * one receive and one send in flight per connection, and closing.
  */
 #include "glue_internal.h"
+#include "glue_tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -201,6 +202,8 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	pthread_mutex_lock(&c->rx_lock);
 	conn_set_state(c, GLUE_CONN_GONE);
 	c->fd = -1;
+	glue_tls_free(c->tls);
+	c->tls = NULL;
 	pthread_mutex_unlock(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
 	c->ops->ended(c->arg, c->reason);
@@ -255,6 +258,66 @@ void glue_rx_ready(struct glue_conn *c)
 	c->rx_armed = false;
 }
 
+/* ------------------------------------------------------------------ */
+/* TLS                                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * With a TLS session (glue_tls.h) the engine keeps its pump and only the
+ * two socket calls change: a receive is SSL_read into the very iovecs
+ * rx_want gave (the MR: OpenSSL has checked the record's tag before it
+ * copies a plaintext octet there), and a send is one record gathered
+ * from tx_fill's iovecs, sent from user space by the session's BIO
+ * (non-blocking) rather than by an io_uring sendmsg; when the socket is
+ * full the backend waits for writability (arm_tx) and the same record
+ * is retried. A receive that stops at EAGAIN has left nothing decrypted
+ * inside OpenSSL (SSL_read only says WANT_READ once its plaintext is
+ * drained), so waiting for readability never strands an FPDU.
+ */
+
+/* As recvmsg(2) into c->rx_iov[0..n). */
+static ssize_t conn_recv(struct glue_conn *c, int n)
+{
+	long r;
+
+	if (!c->tls) {
+		c->rx_msg.msg_iov = c->rx_iov;
+		c->rx_msg.msg_iovlen = (size_t)n;
+		return recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+	}
+	r = glue_tls_readv(c->tls, c->rx_iov, n);
+	if (r >= 0)
+		return r;
+	errno = (int)-r;
+	return -1;
+}
+
+/* As sendmsg(2) of c->tx_iov[0..n), through TLS (tx_lock held). */
+static ssize_t conn_tls_send(struct glue_conn *c, int n)
+{
+	long r = glue_tls_tx(c->tls, c->tx_iov, n);
+
+	if (r >= 0)
+		return r;
+	errno = (int)-r;
+	return -1;
+}
+
+/* The engine's TLS send of what tx_fill gave (tx_lock held): the result
+ * reaches glue_tx_result now, or after writability. */
+static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
+			      int n)
+{
+	ssize_t r = conn_tls_send(c, n);
+
+	c->tx_busy = true;
+	if (r < 0 && errno == EAGAIN) {
+		e->be->arm_tx(e, c);
+		return;
+	}
+	glue_tx_result(c, r < 0 ? -errno : r);
+}
+
 /*
  * Receive until the socket runs dry or max receives; rx_lock held.
  * Returns 1 at EAGAIN, 0 at the limit, -1 at the end of the stream
@@ -267,9 +330,7 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 		ssize_t r;
 		int err, done;
 
-		c->rx_msg.msg_iov = c->rx_iov;
-		c->rx_msg.msg_iovlen = (size_t)n;
-		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+		r = conn_recv(c, n);
 		err = errno;
 		/* Always, so that the owner knows the copy is over. */
 		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
@@ -361,7 +422,10 @@ bool glue_conn_send_now(struct glue_conn *c)
 		goto out;
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
-	n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (c->tls)
+		n = conn_tls_send(c, niov);
+	else
+		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (n > 0) {
 		close = c->ops->tx_done(c->arg, (size_t)n);
 		sent = true;
@@ -443,6 +507,10 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		n = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
 		if (n <= 0)
 			break;
+		if (c->tls) {
+			conn_tls_start_tx(e, c, n);
+			continue;
+		}
 		c->tx_msg.msg_iov = c->tx_iov;
 		c->tx_msg.msg_iovlen = (size_t)n;
 		c->tx_busy = true;
@@ -450,6 +518,10 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 	}
 	/* A graceful close half-closes once everything queued is out. */
 	if (conn_state(c) == GLUE_CONN_CLOSING && !c->tx_busy) {
+		/* RFC 8446 6.1: close_notify before the write side closes,
+		 * or the peer must take the end for a truncation. */
+		if (c->tls)
+			glue_tls_close_notify(c->tls);
 		conn_set_state(c, GLUE_CONN_SHUT_WR);
 		shutdown(c->fd, SHUT_WR);
 	}
@@ -660,6 +732,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
+		glue_tls_drop(fd);
 		close(fd);
 		errno = ENOMEM;
 		return NULL;
@@ -673,6 +746,8 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->e = e;
 	c->fd = fd;
+	/* The handshake ran before (glue_tls.h): the session is c's now. */
+	c->tls = glue_tls_take(fd);
 	c->ops = ops;
 	c->arg = arg;
 	atomic_init(&c->kicked, false);
@@ -697,6 +772,8 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 		goto err;
 	return c;
 err:
+	glue_tls_free(c->tls);
+	glue_tls_drop(fd);
 	close(fd);
 	free(c);
 	errno = -a.ret;
