@@ -604,10 +604,17 @@ static enum glue_tls_fail classify(struct glue_tls *t, bool handshake)
 		return t->ctx->cfg.psk_file ? GLUE_TLS_F_PSK :
 					      GLUE_TLS_F_PROTOCOL;
 	default:
-		if (ERR_GET_LIB(e) == ERR_LIB_SSL && reason >= 1000)
-			return GLUE_TLS_F_ALERT;   /* SSL_AD_REASON_OFFSET */
-		return handshake ? GLUE_TLS_F_PROTOCOL : GLUE_TLS_F_BAD_RECORD;
+		if (ERR_GET_LIB(e) != ERR_LIB_SSL || reason < 1000)
+			break;
+		/* An alert (SSL_AD_REASON_OFFSET + its code). Against a PSK
+		 * the listener alerts at the binder it cannot verify, or at
+		 * an identity it does not know (OpenSSL's alert differs
+		 * between versions): in PSK mode that is the reason. */
+		if (handshake && t->ctx->cfg.psk_file && !t->ctx->server)
+			return GLUE_TLS_F_PSK;
+		return GLUE_TLS_F_ALERT;
 	}
+	return handshake ? GLUE_TLS_F_PROTOCOL : GLUE_TLS_F_BAD_RECORD;
 }
 
 /* The result of an SSL call that returned r <= 0: -EAGAIN (events set),

@@ -101,6 +101,19 @@ static void hs_close(struct wcm_hs *h)
 		h->all_next->all_pprev = h->all_pprev;
 	wcm.hs_count--;
 	pthread_mutex_unlock(&wcm.lock);
+	if (h->tls && h->fd >= 0) {
+		/* A failed TLS handshake: OpenSSL has queued its alert. The
+		 * initiator already sent its MPA Request after its Finished
+		 * (TLS 1.3: the client is done first); closing with it
+		 * unread would reset the connection and the alert, which
+		 * names the reason, could be lost. Read what is there. */
+		uint8_t sink[4096];
+
+		shutdown(h->fd, SHUT_WR);
+		for (int i = 0; i < 16; i++)
+			if (recv(h->fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
+				break;
+	}
 	glue_tls_free(h->tls);
 	if (h->fd >= 0) {
 		glue_tls_drop(h->fd);
@@ -391,6 +404,8 @@ static void hs_serve(struct listener *ls, struct wcm_hs *h)
 	if (len == -EAGAIN)
 		return;
 	if (len < 0) {
+		wcm_log(WCM_LOG_INFO, "connection from %s: no MPA Request: %s",
+			h->who, strerror(-len));
 		hs_unlink(ls, h);
 		hs_close(h);
 		return;
