@@ -37,6 +37,7 @@ packages=(
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
 	libcriterion-dev cppcheck
 	ibverbs-utils rdmacm-utils perftest
+	tcpdump openssl
 )
 
 log() { printf '\n=== %s\n' "$*"; }

@@ -433,6 +433,11 @@ err_ssl:
 
 static void global_init(void)
 {
+	/* No OPENSSL_cleanup at exit: an unmodified program exits with
+	 * connections open, and the engine thread (or a destructor) may
+	 * still touch a session after atexit handlers ran; OpenSSL's
+	 * cleanup under its feet crashed rping at exit. */
+	OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, NULL);
 	pthread_once(&bio_once, bio_method_init);
 	pthread_mutex_lock(&ctx_lock);
 	if (ex_index < 0)
@@ -840,6 +845,17 @@ void glue_tls_close_notify(struct glue_tls *t)
 	SSL_shutdown(t->ssl);
 	ERR_clear_error();
 	pthread_mutex_unlock(&t->lock);
+}
+
+const char *glue_tls_describe(const struct glue_tls *t, char *buf,
+			      size_t len)
+{
+	const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
+
+	snprintf(buf, len, "%s %s, %s", SSL_get_version(t->ssl),
+		 c ? SSL_CIPHER_get_name(c) : "?",
+		 t->ctx->cfg.psk_file ? "PSK with ECDHE" : "X.509");
+	return buf;
 }
 
 void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,

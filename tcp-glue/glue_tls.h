@@ -147,6 +147,10 @@ bool glue_tls_tx_pending(const struct glue_tls *t);
 /* Send close_notify (best effort, non-blocking). */
 void glue_tls_close_notify(struct glue_tls *t);
 
+/* "TLS 1.3 TLS_AES_128_GCM_SHA256, PSK" or "..., X.509": for logs. */
+const char *glue_tls_describe(const struct glue_tls *t, char *buf,
+			      size_t len);
+
 /* KeyUpdates sent and received so far (tests). */
 void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,
 			  unsigned *received);

@@ -119,7 +119,11 @@ static int tls_connect(int fd, const struct glue_tls_config *cfg,
 		glue_tls_free(t);
 		return ret;
 	}
-	return glue_tls_handshake(t, tmo);
+	ret = glue_tls_handshake(t, tmo);
+	if (!ret)
+		wcm_log(WCM_LOG_INFO, "connect to %s: %s", addr,
+			glue_tls_describe(t, why, sizeof(why)));
+	return ret;
 }
 
 static void *connect_thread(void *arg)

@@ -381,6 +381,12 @@ static int hs_tls(struct wcm_hs *h)
 			h->who, glue_tls_fail_str(glue_tls_failure(h->tls)));
 		return ret;
 	}
+	{
+		char what[96];
+
+		wcm_log(WCM_LOG_INFO, "connection from %s: %s", h->who,
+			glue_tls_describe(h->tls, what, sizeof(what)));
+	}
 	ret = glue_tls_attach(h->fd, h->tls);
 	if (ret)
 		return ret;
