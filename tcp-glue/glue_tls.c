@@ -569,7 +569,11 @@ static enum glue_tls_fail classify(struct glue_tls *t, bool handshake)
 
 	if (t->fail != GLUE_TLS_OK)
 		return t->fail;
-	if (v != X509_V_OK) {
+	/* Only a certificate that was presented has a verdict: a session
+	 * made for a PSK carries OpenSSL's initial "unspecified" result,
+	 * which would blame any later failure on a certificate. */
+	if (!t->ctx->cfg.psk_file && SSL_get0_peer_certificate(t->ssl) &&
+	    v != X509_V_OK) {
 		switch (v) {
 		case X509_V_ERR_CERT_HAS_EXPIRED:
 		case X509_V_ERR_CERT_NOT_YET_VALID:
