@@ -35,9 +35,8 @@ packages=(
 	build-essential cmake ninja-build pkg-config
 	clang llvm libclang-rt-14-dev
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
-	libcriterion-dev cppcheck
+	libcriterion-dev cppcheck tcpdump openssl
 	ibverbs-utils rdmacm-utils perftest
-	tcpdump openssl
 )
 
 log() { printf '\n=== %s\n' "$*"; }

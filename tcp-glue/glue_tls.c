@@ -60,6 +60,7 @@ struct glue_tls {
 	int fd;
 	short events;
 	enum glue_tls_fail fail;
+	int verify_err;           /* first X509_V_ERR_* of the peer's chain */
 	bool closed;              /* close_notify sent */
 	uint64_t since_update;
 	unsigned updates_sent;
@@ -84,6 +85,9 @@ static const char *const fail_names[] = {
 	[GLUE_TLS_F_TRUNCATED] = "TLS stream truncated (no close_notify)",
 	[GLUE_TLS_F_ALERT] = "TLS alert from the peer",
 	[GLUE_TLS_F_TIMEOUT] = "TLS handshake timed out",
+	[GLUE_TLS_F_PEER_UNTRUSTED] = "the peer does not trust our "
+				      "certificate",
+	[GLUE_TLS_F_PEER_EXPIRED] = "the peer finds our certificate expired",
 };
 _Static_assert(sizeof(fail_names) / sizeof(fail_names[0]) ==
 	       GLUE_TLS_F__COUNT, "a name for every TLS failure");
@@ -103,8 +107,10 @@ int glue_tls_fail_errno(enum glue_tls_fail f)
 	case GLUE_TLS_F_PSK:
 		return -EACCES;
 	case GLUE_TLS_F_UNTRUSTED:
+	case GLUE_TLS_F_PEER_UNTRUSTED:
 		return -EKEYREJECTED;
 	case GLUE_TLS_F_EXPIRED:
+	case GLUE_TLS_F_PEER_EXPIRED:
 		return -EKEYEXPIRED;
 	case GLUE_TLS_F_NAME:
 		return -EREMCHG;
@@ -349,6 +355,19 @@ static int alpn_select_cb(SSL *ssl, const unsigned char **out,
 	return SSL_TLSEXT_ERR_OK;
 }
 
+/* OpenSSL's verdict on each certificate of the peer's chain, kept: the
+ * first error is the reason a refusal names. */
+static int verify_cb(int ok, X509_STORE_CTX *store)
+{
+	SSL *ssl = X509_STORE_CTX_get_ex_data(store,
+				SSL_get_ex_data_X509_STORE_CTX_idx());
+	struct glue_tls *t = ssl ? tls_of_ssl(ssl) : NULL;
+
+	if (!ok && t && t->verify_err == X509_V_OK)
+		t->verify_err = X509_STORE_CTX_get_error(store);
+	return ok;
+}
+
 static int ctx_setup(struct glue_tls_ctx *x, char *why, size_t whylen)
 {
 	SSL_CTX *s = SSL_CTX_new(x->server ? TLS_server_method() :
@@ -421,10 +440,10 @@ static int ctx_setup(struct glue_tls_ctx *x, char *why, size_t whylen)
 	/* Verification is on by default: an initiator always verifies the
 	 * listener; a listener verifies clients with WISP_TLS_MUTUAL=1. */
 	if (!x->server)
-		SSL_CTX_set_verify(s, SSL_VERIFY_PEER, NULL);
+		SSL_CTX_set_verify(s, SSL_VERIFY_PEER, verify_cb);
 	else if (c->mutual)
 		SSL_CTX_set_verify(s, SSL_VERIFY_PEER |
-				   SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+				   SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_cb);
 	return 0;
 err_ssl:
 	snprintf(why, whylen, "OpenSSL setup failed");
@@ -565,15 +584,15 @@ static enum glue_tls_fail classify(struct glue_tls *t, bool handshake)
 {
 	unsigned long e = ERR_peek_error();
 	int reason = ERR_GET_REASON(e);
-	long v = SSL_get_verify_result(t->ssl);
+	long v = t->verify_err;
 
 	if (t->fail != GLUE_TLS_OK)
 		return t->fail;
-	/* Only a certificate that was presented has a verdict: a session
-	 * made for a PSK carries OpenSSL's initial "unspecified" result,
-	 * which would blame any later failure on a certificate. */
-	if (!t->ctx->cfg.psk_file && SSL_get0_peer_certificate(t->ssl) &&
-	    v != X509_V_OK) {
+	/* What verify_cb saw, not SSL_get_verify_result(): a session made
+	 * for a PSK, or one whose peer sent no certificate, carries
+	 * OpenSSL's initial "unspecified" result, which would blame any
+	 * later failure on a certificate. */
+	if (v != X509_V_OK) {
 		switch (v) {
 		case X509_V_ERR_CERT_HAS_EXPIRED:
 		case X509_V_ERR_CERT_NOT_YET_VALID:
@@ -585,13 +604,14 @@ static enum glue_tls_fail classify(struct glue_tls *t, bool handshake)
 			return GLUE_TLS_F_UNTRUSTED;
 		}
 	}
+	/* Alerts received: the peer's verdict on our certificate. */
 	switch (reason) {
 	case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
-		return GLUE_TLS_F_EXPIRED;
+		return GLUE_TLS_F_PEER_EXPIRED;
 	case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
 	case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
 	case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
-		return GLUE_TLS_F_UNTRUSTED;
+		return GLUE_TLS_F_PEER_UNTRUSTED;
 	case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
 	case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
 		return GLUE_TLS_F_NO_CERT;
@@ -869,6 +889,11 @@ void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,
 	/* OpenSSL does not count them; the receive side is observed by
 	 * the peer's count in the tests. */
 	*received = 0;
+}
+
+void glue_tls_thread_done(void)
+{
+	OPENSSL_thread_stop();
 }
 
 /* ------------------------------------------------------------------ */

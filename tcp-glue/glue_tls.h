@@ -71,6 +71,10 @@ enum glue_tls_fail {
 	GLUE_TLS_F_TRUNCATED,        /* TCP closed without close_notify */
 	GLUE_TLS_F_ALERT,            /* the peer sent a fatal alert */
 	GLUE_TLS_F_TIMEOUT,          /* handshake deadline passed */
+	GLUE_TLS_F_PEER_UNTRUSTED,   /* the peer's alert: it does not trust
+				      * our certificate */
+	GLUE_TLS_F_PEER_EXPIRED,     /* the peer's alert: it finds our
+				      * certificate expired */
 	GLUE_TLS_F__COUNT
 };
 
@@ -154,6 +158,11 @@ const char *glue_tls_describe(const struct glue_tls *t, char *buf,
 /* KeyUpdates sent and received so far (tests). */
 void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,
 			  unsigned *received);
+
+/* A thread that used sessions is about to end: free OpenSSL's state of
+ * this thread now (OPENSSL_thread_stop) rather than in a thread-exit
+ * destructor that may run after the process has reported leaks. */
+void glue_tls_thread_done(void);
 
 /* ---- the fd registry ------------------------------------------------ */
 

@@ -70,6 +70,11 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 	default:
 		type = RDMA_CM_EVENT_CONNECT_ERROR;
 	}
+	if (t) {
+		/* Before the event: the application may exit on it. */
+		glue_tls_drop(fd);
+		glue_tls_thread_done();
+	}
 	pthread_mutex_lock(&wcm.lock);
 	if (w->fd == fd)
 		w->fd = -1;
@@ -204,6 +209,7 @@ static void *connect_thread(void *arg)
 fail:
 	connect_failed(w, fd, ret, NULL);
 done:
+	glue_tls_thread_done();
 	wcm_thread_done(w);
 	return NULL;
 }

@@ -542,6 +542,7 @@ static void *listen_thread(void *arg)
 		hs_drop(ls, ls->head);
 	free(ls->pfd);
 	free(ls);
+	glue_tls_thread_done();
 	wcm_thread_done(w);
 	return NULL;
 }
