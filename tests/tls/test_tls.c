@@ -452,6 +452,10 @@ ParameterizedTestParameters(tls, refused_quickly)
 		  X509("server.pem", "server.key", "ca.pem", "", 1),
 		  X509("rogue.pem", "rogue.key", "ca.pem", "", 0),
 		  RDMA_CM_EVENT_CONNECT_ERROR, -EKEYREJECTED },
+		{ "client certificate expired, mutual",
+		  X509("server.pem", "server.key", "ca.pem", "", 1),
+		  X509("expired.pem", "expired.key", "ca.pem", "", 0),
+		  RDMA_CM_EVENT_CONNECT_ERROR, -EKEYEXPIRED },
 		{ "TLS client, plaintext-only listener",
 		  { WISP_TLS_OFF }, PSK("psk", "wisp-test"),
 		  RDMA_CM_EVENT_REJECTED, -EPROTONOSUPPORT },
@@ -482,6 +486,59 @@ ParameterizedTest(struct refusal *r, tls, refused_quickly, .timeout = 30)
 		     r->what, ev->status, strerror(-ev->status), r->status);
 	cr_assert_null(p.sv, "no CONNECT_REQUEST reached the application");
 	rdma_ack_cm_event(ev);
+	tear_down(&p);
+}
+
+/* A listener that never answers the ClientHello: the handshake is bounded
+ * by WISP_MPA_TIMEOUT_MS like the MPA frames, and ends UNREACHABLE. */
+Test(tls, silent_listener_times_out, .timeout = 30)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct pair p = { 0 };
+	socklen_t len = sizeof(ss);
+	int l = socket(AF_INET, SOCK_STREAM, 0), tmo = 300;
+	int64_t t0;
+
+	certs();
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(bind(l, (struct sockaddr *)&ss,
+			  sizeof(struct sockaddr_in)), 0);
+	cr_assert_eq(listen(l, 4), 0);
+	getsockname(l, (struct sockaddr *)&ss, &len);
+	listen_on(&p, AF_INET, &psk_side);     /* for the channels */
+	{
+		struct tls_side c = psk_side;
+		struct sockaddr_storage dst;
+
+		loopback(AF_INET, &dst,
+			 ntohs(((struct sockaddr_in *)&ss)->sin_port));
+		cr_assert_eq(rdma_create_id(p.cch, &p.cl, NULL, RDMA_PS_TCP),
+			     0);
+		apply(p.cl, &c);
+		cr_assert_eq(rdma_set_option(p.cl, WISP_OPTION_LEVEL,
+					     WISP_OPT_MPA_TIMEOUT_MS, &tmo,
+					     sizeof(tmo)), 0);
+		cr_assert_eq(rdma_resolve_addr(p.cl, NULL,
+					       (struct sockaddr *)&dst, 2000),
+			     0);
+		rdma_ack_cm_event(expect_event(p.cch,
+					       RDMA_CM_EVENT_ADDR_RESOLVED,
+					       WAIT_MS));
+		cr_assert_eq(rdma_resolve_route(p.cl, 2000), 0);
+		rdma_ack_cm_event(expect_event(p.cch,
+					       RDMA_CM_EVENT_ROUTE_RESOLVED,
+					       WAIT_MS));
+		make_qp(p.cl);
+		t0 = now_ms();
+		cr_assert_eq(rdma_connect(p.cl, NULL), 0);
+	}
+	ev = expect_event(p.cch, RDMA_CM_EVENT_UNREACHABLE, 2000);
+	cr_assert_eq(ev->status, -ETIMEDOUT, "status %d", ev->status);
+	cr_assert_geq(now_ms() - t0, 250);
+	cr_assert_lt(now_ms() - t0, 1000);
+	rdma_ack_cm_event(ev);
+	close(l);
 	tear_down(&p);
 }
 
