@@ -336,9 +336,13 @@ tls_capture() {
 		cat "$logs/$name.tcpdump"
 		return 0
 	fi
-	port=$((port - 1))
+	# The pair runs on the port the capture filters (not rping_pair,
+	# which would pick another one).
 	# shellcheck disable=SC2046
-	rping_pair "$name" 127.0.0.1 4096 $(tls_psk_env)
+	server_client "$name" env $(tls_psk_env) rping -s -a 127.0.0.1 \
+		-p "$port" -C 10 -v -V -S 4096 -- \
+		env $(tls_psk_env) rping -c -a 127.0.0.1 -p "$port" -C 10 -v -V \
+		-S 4096
 	local rc=$?
 	sleep 1
 	kill -INT "$tpid" 2>/dev/null
