@@ -40,7 +40,7 @@ packages=(
 	build-essential cmake ninja-build pkg-config
 	clang llvm libclang-rt-14-dev
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
-	libcriterion-dev cppcheck
+	libcriterion-dev cppcheck tcpdump openssl
 	ibverbs-utils rdmacm-utils perftest
 	iproute2 file man-db groff-base
 )
@@ -224,6 +224,17 @@ step "benchmark under ThreadSanitizer (no race may be reported)" \
 	env TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 	"$build/tsan/bench/wisp_bench" --seconds 1 --iters 2000 --warmup 100 \
 	--engine both
+# The TLS path (docs/tls.md): the TLS benchmark, small, on both engines.
+run_tls_tsan() {
+	local e
+	for e in uring epoll; do
+		env WISP_ENGINE=$e TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+			LD_LIBRARY_PATH="$build/tsan/lib" \
+			"$build/tsan/bench/wisp_tls_bench" --mib 16 --iters 500 || return 1
+	done
+}
+step "TLS benchmark under ThreadSanitizer (no race may be reported)" \
+	run_tls_tsan
 
 echo
 for f in "${failures[@]}"; do echo "failed step: $f"; done

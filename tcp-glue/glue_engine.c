@@ -4,6 +4,7 @@
  * one receive and one send in flight per connection, and closing.
  */
 #include "glue_internal.h"
+#include "glue_tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -251,6 +252,8 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	conn_set_state(c, GLUE_CONN_GONE);
 	close(c->fd);
 	c->fd = -1;
+	glue_tls_free(c->tls);
+	c->tls = NULL;
 	pthread_mutex_unlock(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
 	c->ops->ended(c->arg, c->reason);
@@ -316,6 +319,66 @@ void glue_rx_ready(struct glue_conn *c)
 	c->rx_armed = false;
 }
 
+/* ------------------------------------------------------------------ */
+/* TLS                                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * With a TLS session (glue_tls.h) the engine keeps its pump and only the
+ * two socket calls change: a receive is SSL_read into the very iovecs
+ * rx_want gave (the MR: OpenSSL has checked the record's tag before it
+ * copies a plaintext octet there), and a send is one record gathered
+ * from tx_fill's iovecs, sent from user space by the session's BIO
+ * (non-blocking) rather than by an io_uring sendmsg; when the socket is
+ * full the backend waits for writability (arm_tx) and the same record
+ * is retried. A receive that stops at EAGAIN has left nothing decrypted
+ * inside OpenSSL (SSL_read only says WANT_READ once its plaintext is
+ * drained), so waiting for readability never strands an FPDU.
+ */
+
+/* As recvmsg(2) into c->rx_iov[0..n). */
+static ssize_t conn_recv(struct glue_conn *c, int n)
+{
+	long r;
+
+	if (!c->tls) {
+		c->rx_msg.msg_iov = c->rx_iov;
+		c->rx_msg.msg_iovlen = (size_t)n;
+		return recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+	}
+	r = glue_tls_readv(c->tls, c->rx_iov, n);
+	if (r >= 0)
+		return r;
+	errno = (int)-r;
+	return -1;
+}
+
+/* As sendmsg(2) of c->tx_iov[0..n), through TLS (tx_lock held). */
+static ssize_t conn_tls_send(struct glue_conn *c, int n)
+{
+	long r = glue_tls_tx(c->tls, c->tx_iov, n);
+
+	if (r >= 0)
+		return r;
+	errno = (int)-r;
+	return -1;
+}
+
+/* The engine's TLS send of what tx_fill gave (tx_lock held): the result
+ * reaches glue_tx_result now, or after writability. */
+static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
+			      int n)
+{
+	ssize_t r = conn_tls_send(c, n);
+
+	c->tx_busy = true;
+	if (r < 0 && errno == EAGAIN) {
+		e->be->arm_tx(e, c);
+		return;
+	}
+	glue_tx_result(c, r < 0 ? -errno : r);
+}
+
 /*
  * Receive until the socket runs dry or max receives; rx_lock held.
  * Returns 1 at EAGAIN, 0 at the limit, -1 at the end of the stream
@@ -328,9 +391,7 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 		ssize_t r;
 		int err, done;
 
-		c->rx_msg.msg_iov = c->rx_iov;
-		c->rx_msg.msg_iovlen = (size_t)n;
-		r = recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
+		r = conn_recv(c, n);
 		err = errno;
 		glue_stat_rx(c, r, err, glue_on_engine(c->e));
 		if (r > 0)
@@ -427,7 +488,10 @@ bool glue_conn_send_now(struct glue_conn *c)
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
 	TSAN_SENT(c);
-	n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (c->tls)
+		n = conn_tls_send(c, niov);
+	else
+		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 	glue_stat_tx_direct(c, niov, n, errno);
 	if (n > 0) {
 		close = c->ops->tx_done(c->arg, (size_t)n);
@@ -510,6 +574,11 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		n = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
 		if (n <= 0)
 			break;
+		if (c->tls) {
+			TSAN_SENT(c);
+			conn_tls_start_tx(e, c, n);
+			continue;
+		}
 		c->tx_msg.msg_iov = c->tx_iov;
 		c->tx_msg.msg_iovlen = (size_t)n;
 		c->tx_busy = true;
@@ -519,6 +588,10 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 	}
 	/* A graceful close half-closes once everything queued is out. */
 	if (conn_state(c) == GLUE_CONN_CLOSING && !c->tx_busy) {
+		/* RFC 8446 6.1: close_notify before the write side closes,
+		 * or the peer must take the end for a truncation. */
+		if (c->tls)
+			glue_tls_close_notify(c->tls);
 		conn_set_state(c, GLUE_CONN_SHUT_WR);
 		shutdown(c->fd, SHUT_WR);
 	}
@@ -729,6 +802,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
+		glue_tls_drop(fd);
 		close(fd);
 		errno = ENOMEM;
 		return NULL;
@@ -743,6 +817,8 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->e = e;
 	c->fd = fd;
 	c->tsan_sync = tsan_link(fd);
+	/* The handshake ran before (glue_tls.h): the session is c's now. */
+	c->tls = glue_tls_take(fd);
 	c->ops = ops;
 	c->arg = arg;
 	atomic_init(&c->kicked, false);
@@ -768,6 +844,8 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 		goto err;
 	return c;
 err:
+	glue_tls_free(c->tls);
+	glue_tls_drop(fd);
 	close(fd);
 	free(c);
 	errno = -a.ret;

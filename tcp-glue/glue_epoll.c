@@ -102,6 +102,12 @@ static void ep_start_tx(struct glue_engine *e, struct glue_conn *c)
 	try_tx(e->be_priv, c);
 }
 
+static void ep_arm_tx(struct glue_engine *e, struct glue_conn *c)
+{
+	c->ep_want |= EPOLLOUT;
+	ep_mod(e->be_priv, c);
+}
+
 static void ep_wait(struct glue_engine *e, int timeout_ms)
 {
 	struct epoll_priv *p = e->be_priv;
@@ -126,7 +132,9 @@ static void ep_wait(struct glue_engine *e, int timeout_ms)
 		}
 		if ((c->ep_want & EPOLLOUT) && (ev & EPOLLOUT)) {
 			c->ep_want &= ~(uint32_t)EPOLLOUT;
-			if (c->tx_busy)
+			if (c->tx_busy && c->tls)
+				glue_tx_result(c, -EAGAIN);   /* TLS retries */
+			else if (c->tx_busy)
 				try_tx(p, c);
 		}
 		if (c->ep_want)
@@ -142,5 +150,6 @@ const struct glue_backend glue_epoll_backend = {
 	.conn_del = ep_conn_del,
 	.arm_rx = ep_arm_rx,
 	.start_tx = ep_start_tx,
+	.arm_tx = ep_arm_tx,
 	.wait = ep_wait,
 };

@@ -65,6 +65,15 @@ struct glue_conn {
 	int64_t deadline_ms;
 	int64_t timer_at;         /* ops->timer: 0 at once, -1 never */
 
+	/* TLS session (glue_tls.h), taken over from the fd registry at
+	 * glue_conn_add; NULL for plaintext. Its receive side is used
+	 * under rx_lock, its transmit side under tx_lock (OpenSSL's SSL
+	 * object keeps the two directions' record state apart, and the
+	 * engine never reads and writes it from two threads at once:
+	 * see glue_engine.c "TLS"). */
+	struct glue_tls *tls;
+	bool tx_wait;             /* TLS: waiting for writability */
+
 	/* epoll backend: the events armed (one-shot) */
 	uint32_t ep_want;
 
@@ -107,6 +116,9 @@ struct glue_backend {
 	/* Start the send described by c->tx_msg. The result reaches
 	 * glue_tx_result(), possibly before this returns. */
 	void (*start_tx)(struct glue_engine *e, struct glue_conn *c);
+	/* TLS: wait for c to become writable; glue_tx_result(c, -EAGAIN)
+	 * follows (c->tx_busy is set meanwhile). */
+	void (*arm_tx)(struct glue_engine *e, struct glue_conn *c);
 	/* Block for events up to timeout_ms (-1: no limit) and dispatch
 	 * them; the wake eventfd ends the wait. */
 	void (*wait)(struct glue_engine *e, int timeout_ms);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "glue_mpa.h"
+#include "glue_tls.h"
 
 int64_t glue_mpa_now_ms(void)
 {
@@ -104,14 +105,57 @@ out:
 	return ret;
 }
 
+static int tls_write(struct glue_tls *t, int fd, const uint8_t *p,
+		     size_t len, int64_t deadline)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		long n = glue_tls_write(t, p + done, len - done);
+		int ret;
+
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n != -EAGAIN)
+			return n == -EPIPE ? -ECONNRESET : (int)n;
+		ret = wait_fd(fd, glue_tls_events(t), deadline);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* recv() of a startup frame, through TLS when the socket has it. */
+static ssize_t frame_recv(int fd, void *buf, size_t len)
+{
+	struct glue_tls *t = glue_tls_of(fd);
+	long n;
+
+	if (!t)
+		return recv(fd, buf, len, MSG_DONTWAIT);
+	n = glue_tls_read(t, buf, len);
+	if (n >= 0)
+		return n;
+	errno = (int)-n;
+	return -1;
+}
+
 int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms)
 {
 	int64_t deadline = deadline_of(timeout_ms);
 	const uint8_t *p = buf;
 	size_t done = 0;
 
+	struct glue_tls *t;
+
 	if (fd < 0 || (!buf && len))
 		return -EINVAL;
+	/* A socket with a TLS session: the frame goes out as records. */
+	t = glue_tls_of(fd);
+	if (t)
+		return tls_write(t, fd, p, len, deadline);
 	while (done < len) {
 		ssize_t n = send(fd, p + done, len - done,
 				 MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -179,8 +223,8 @@ int glue_mpa_rd_step(int fd, struct glue_mpa_rd *rd, enum mpa_error *err)
 	while (rd->got < rd->total) {
 		/* Never ask for more than this frame: the octets after it
 		 * are FPDUs for the engine. */
-		ssize_t n = recv(fd, rd->buf + rd->got, rd->total - rd->got,
-				 MSG_DONTWAIT);
+		ssize_t n = frame_recv(fd, rd->buf + rd->got,
+				       rd->total - rd->got);
 		int ret;
 
 		/* RFC 5044 8, code 1: "TCP connection closed, terminated,

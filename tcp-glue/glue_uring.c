@@ -15,7 +15,7 @@
 
 /* user_data: the connection pointer with the operation in its low bits
  * (connections are at least 8-byte aligned); 0 is the wake read. */
-enum { OP_WAKE = 0, OP_RX = 1, OP_TX = 2, OP_CANCEL = 3, OP_MASK = 3 };
+enum { OP_WAKE = 0, OP_RX = 1, OP_TX = 2, OP_TXPOLL = 3, OP_MASK = 3 };
 
 struct uring_priv {
 	struct io_uring ring;
@@ -119,6 +119,21 @@ static void uring_start_tx(struct glue_engine *e, struct glue_conn *c)
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TX);
 }
 
+static void uring_arm_tx(struct glue_engine *e, struct glue_conn *c)
+{
+	struct uring_priv *p = e->be_priv;
+	struct io_uring_sqe *sqe = get_sqe(p);
+
+	if (!sqe) {
+		glue_tx_result(c, -EAGAIN);
+		return;
+	}
+	/* TLS sends from user space (glue_tls_tx): only the readiness is
+	 * the ring's. */
+	io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TXPOLL);
+}
+
 static void dispatch(struct glue_engine *e, struct uring_priv *p,
 		     struct io_uring_cqe *cqe)
 {
@@ -134,6 +149,9 @@ static void dispatch(struct glue_engine *e, struct uring_priv *p,
 		break;
 	case OP_TX:
 		glue_tx_result(c, cqe->res);
+		break;
+	case OP_TXPOLL:
+		glue_tx_result(c, -EAGAIN);
 		break;
 	default:
 		break;
@@ -174,5 +192,6 @@ const struct glue_backend glue_uring_backend = {
 	.conn_del = uring_conn_del,
 	.arm_rx = uring_arm_rx,
 	.start_tx = uring_start_tx,
+	.arm_tx = uring_arm_tx,
 	.wait = uring_wait,
 };

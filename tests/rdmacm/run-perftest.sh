@@ -39,6 +39,7 @@ cases=(
 	send_lat_8 send_lat_4k write_lat_8 write_lat_4k
 	write_bw_crc read_bw_epoll send_lat_crc_epoll
 	send_bw_ipv6 write_lat_ipv6
+	tls_write_bw_64k tls_read_bw_64k tls_send_bw_64k tls_send_lat_8
 )
 
 # Skipped, not failed: a case function returns this.
@@ -258,6 +259,29 @@ ipv6() {
 }
 send_bw_ipv6() { ipv6 send_bw_ipv6 ib_send_bw 65536 500; }
 write_lat_ipv6() { ipv6 write_lat_ipv6 ib_write_lat 8 200; }
+
+# TLS 1.3 under MPA (docs/tls.md) with a PSK made by scripts/wisp-tls-psk;
+# WISP_LOG=info logs each connection's TLS version and cipher: both sides
+# must show TLS 1.3 with AES-128-GCM for every connection.
+tls_env() {
+	local psk=$logs/tls.psk
+	[ -f "$psk" ] || "$top/scripts/wisp-tls-psk" "$psk" >&2 || return 1
+	echo WISP_TLS=required WISP_TLS_PSK_FILE="$psk" \
+		WISP_TLS_PSK_IDENTITY=wisp-perftest
+}
+tls_pair() {
+	local env
+	env=$(tls_env) || return 1
+	# shellcheck disable=SC2086
+	perf_pair "$1" "$2" "$3" "$4" 127.0.0.1 $env WISP_LOG=info || return 1
+	grep -q "TLSv1.3 TLS_AES_128_GCM_SHA256" "$logs/$1.server.err" &&
+		grep -q "TLSv1.3 TLS_AES_128_GCM_SHA256" "$logs/$1.client.err" ||
+		{ echo "$1: no TLS 1.3 AES-128-GCM connection logged" >&2; return 1; }
+}
+tls_write_bw_64k() { tls_pair tls_write_bw_64k ib_write_bw 65536 500; }
+tls_read_bw_64k() { tls_pair tls_read_bw_64k ib_read_bw 65536 500; }
+tls_send_bw_64k() { tls_pair tls_send_bw_64k ib_send_bw 65536 500; }
+tls_send_lat_8() { tls_pair tls_send_lat_8 ib_send_lat 8 1000; }
 
 perftest_version() {
 	dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo "?"

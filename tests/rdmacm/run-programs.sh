@@ -27,6 +27,8 @@ cases=(
 	ucmatose_ipv4 ucmatose_ipv6_migrate
 	refused_rping_ipv4 refused_rping_ipv6 refused_rdma_client
 	rejected_ucmatose mpa_timeout_rping bad_config
+	tls_rping_psk_sizes tls_rping_x509_ipv6 tls_rdma_server_client
+	tls_rping_epoll tls_capture
 )
 
 need() {
@@ -254,6 +256,156 @@ selected=("$@")
 [ ${#selected[@]} -gt 0 ] || selected=("${cases[@]}")
 passed=0
 failed=0
+
+# ---- TLS 1.3 under MPA (docs/tls.md) -----------------------------------
+# Keys and certificates made at test time (tests/tls/make-certs.sh).
+tls_dir=
+tls_files() {
+	[ -n "$tls_dir" ] && return 0
+	tls_dir=$logs/tls-certs
+	"$top/tests/tls/make-certs.sh" "$tls_dir" >/dev/null 2>&1 ||
+		{ echo "make-certs.sh failed" >&2; return 1; }
+}
+tls_psk_env() {
+	echo WISP_TLS=required WISP_TLS_PSK_FILE="$tls_dir/psk" \
+		WISP_TLS_PSK_IDENTITY=wisp-programs
+}
+tls_rping_psk_sizes() {
+	local s
+	tls_files || return 1
+	for s in 64 4096 65000; do
+		# shellcheck disable=SC2046
+		rping_pair "tls_rping_psk_$s" 127.0.0.1 "$s" $(tls_psk_env) ||
+			return 1
+	done
+}
+# The client verifies the listener's certificate against ::1 (an IP SAN);
+# the listener asks for the client's (mutual).
+tls_rping_x509_ipv6() {
+	local name=tls_rping_x509_ipv6 n
+	tls_files || return 1
+	next_port
+	server_client "$name" env WISP_TLS=required \
+		WISP_TLS_CERT="$tls_dir/server.pem" WISP_TLS_KEY="$tls_dir/server.key" \
+		WISP_TLS_CA="$tls_dir/ca.pem" WISP_TLS_MUTUAL=1 \
+		rping -s -a ::1 -p "$port" -C 10 -v -V -S 1000 -- \
+		env WISP_TLS=required WISP_TLS_CA="$tls_dir/ca.pem" \
+		WISP_TLS_CERT="$tls_dir/client.pem" WISP_TLS_KEY="$tls_dir/client.key" \
+		rping -c -a ::1 -p "$port" -C 10 -v -V -S 1000 || return 1
+	n=$(grep -c "^ping data" "$logs/$name.client")
+	[ "$n" -eq 10 ] || { echo "client printed $n pings, not 10" >&2; return 1; }
+}
+tls_rdma_server_client() {
+	tls_files || return 1
+	next_port
+	# shellcheck disable=SC2046
+	server_client tls_rdma_server_client env $(tls_psk_env) \
+		rdma_server -s 127.0.0.1 -p "$port" -- \
+		env $(tls_psk_env) rdma_client -s 127.0.0.1 -p "$port" || return 1
+	grep -q "rdma_client: end 0" "$logs/tls_rdma_server_client.client"
+}
+tls_rping_epoll() {
+	tls_files || return 1
+	# shellcheck disable=SC2046
+	rping_pair tls_rping_epoll ::1 4096 $(tls_psk_env) WISP_ENGINE=epoll
+}
+
+# A capture of a TLS rping on lo (capture filter: the test's port): the
+# client's stream opens with a TLS handshake record offering ALPN
+# "iwarp"; neither direction holds the MPA key ("MPA ID Req Frame",
+# "MPA ID Rep Frame": the Request with its private data is inside TLS)
+# or rping's payload pattern in clear.
+tls_capture() {
+	local name=tls_capture cap tpid
+	need tcpdump && need python3 ||
+		{ echo "(tcpdump or python3 missing: skipped)"; return 0; }
+	tls_files || return 1
+	next_port
+	cap=$logs/$name.pcap
+	timeout 60 tcpdump -i lo --immediate-mode -U -s 0 -w "$cap" "tcp port $port" \
+		>"$logs/$name.tcpdump" 2>&1 &
+	tpid=$!
+	for _ in $(seq 50); do
+		grep -q "listening on" "$logs/$name.tcpdump" && break
+		sleep 0.1
+	done
+	if ! grep -q "listening on" "$logs/$name.tcpdump"; then
+		kill "$tpid" 2>/dev/null
+		wait "$tpid" 2>/dev/null
+		echo "(tcpdump cannot capture here: skipped)"
+		cat "$logs/$name.tcpdump"
+		return 0
+	fi
+	# The pair runs on the port the capture filters (not rping_pair,
+	# which would pick another one).
+	# shellcheck disable=SC2046
+	server_client "$name" env $(tls_psk_env) rping -s -a 127.0.0.1 \
+		-p "$port" -C 10 -v -V -S 4096 -- \
+		env $(tls_psk_env) rping -c -a 127.0.0.1 -p "$port" -C 10 -v -V \
+		-S 4096
+	local rc=$?
+	sleep 1
+	kill -INT "$tpid" 2>/dev/null
+	wait "$tpid" 2>/dev/null
+	[ "$rc" -eq 0 ] || return 1
+	python3 - "$cap" "$port" <<'PY'
+import struct, sys
+cap, port = sys.argv[1], int(sys.argv[2])
+data = open(cap, "rb").read()
+magic = struct.unpack("<I", data[:4])[0]
+end = "<" if magic in (0xa1b2c3d4, 0xa1b23c4d) else ">"
+link = struct.unpack(end + "I", data[20:24])[0]
+off, flows = 24, {}
+while off + 16 <= len(data):
+    _, _, incl, _ = struct.unpack(end + "IIII", data[off:off + 16])
+    pkt = data[off + 16:off + 16 + incl]
+    off += 16 + incl
+    if link == 1:
+        et, pkt = struct.unpack(">H", pkt[12:14])[0], pkt[14:]
+    elif link == 113:
+        et, pkt = struct.unpack(">H", pkt[14:16])[0], pkt[16:]
+    else:
+        sys.exit("link type %d not handled" % link)
+    if et == 0x0800:
+        ihl, proto, pkt = (pkt[0] & 15) * 4, pkt[9], pkt
+        tcp = pkt[ihl:]
+    elif et == 0x86dd:
+        proto, tcp = pkt[6], pkt[40:]
+    else:
+        continue
+    if proto != 6:
+        continue
+    sp, dp, seq = struct.unpack(">HHI", tcp[:8])
+    payload = tcp[(tcp[12] >> 4) * 4:]
+    if payload:
+        flows.setdefault((sp, dp), {})[seq] = payload
+def stream(k):
+    segs = flows.get(k, {})
+    return b"".join(segs[s] for s in sorted(segs))
+keys = list(flows)
+cli = [k for k in keys if k[1] == port]
+srv = [k for k in keys if k[0] == port]
+if not cli or not srv:
+    sys.exit("no traffic captured on port %d" % port)
+c, s = stream(cli[0]), stream(srv[0])
+problems = []
+if not c.startswith(b"\x16\x03"):
+    problems.append("client stream does not open with a TLS handshake record")
+if b"\x05iwarp" not in c[:2048]:
+    problems.append("no ALPN iwarp in the ClientHello")
+if not s.startswith(b"\x16\x03"):
+    problems.append("server stream does not open with a TLS handshake record")
+for name, buf in (("client", c), ("server", s)):
+    for needle in (b"MPA ID Req Frame", b"MPA ID Rep Frame", b"MPA ID",
+                   b"rdma-ping-", b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"):
+        if needle in buf:
+            problems.append("%s stream holds %r in clear" % (name, needle))
+print("captured %d + %d octets; TLS handshake with ALPN iwarp; nothing in clear"
+      % (len(c), len(s)) if not problems else "\n".join(problems))
+sys.exit(1 if problems else 0)
+PY
+}
+
 for c in "${selected[@]}"; do
 	if ! declare -F "$c" >/dev/null; then
 		echo "unknown case $c (--list shows them)" >&2

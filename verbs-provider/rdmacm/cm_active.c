@@ -11,9 +11,16 @@
  * (cma_iw_handler): -ECONNREFUSED for a rejection by the peer's
  * application and for a refused TCP connect, -ECONNRESET for a peer that
  * closed during the exchange, -ETIMEDOUT for a timeout, -EPROTO for an
- * MPA protocol fault.
+ * MPA protocol fault. With TLS (docs/tls.md) a failed handshake, or a
+ * TLS failure met while the Reply is read (a client certificate the
+ * listener refused arrives as an alert then), is reported with
+ * glue_tls_fail_errno()'s status: REJECTED with -EPROTONOSUPPORT when the
+ * peer closed at the ClientHello (a plaintext-only listener),
+ * UNREACHABLE with -ETIMEDOUT, CONNECT_ERROR with a status per reason
+ * otherwise; one warning names the reason.
  */
 #include <errno.h>
+#include <netdb.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,9 +38,21 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 			   const struct mpa_params *p)
 {
 	enum rdma_cm_event_type type;
+	struct glue_tls *t = fd >= 0 ? glue_tls_of(fd) : NULL;
 	char who[64];
 
+	if (t && glue_tls_failure(t) != GLUE_TLS_OK) {
+		status = glue_tls_fail_errno(glue_tls_failure(t));
+		p = NULL;
+		wcm_log(WCM_LOG_WARN, "connect to %s: TLS: %s",
+			wcm_addr_str(&w->id.route.addr.dst_addr, who,
+				     sizeof(who)),
+			glue_tls_fail_str(glue_tls_failure(t)));
+	}
 	switch (status) {
+	case -EPROTONOSUPPORT:
+		type = RDMA_CM_EVENT_REJECTED;
+		break;
 	case -ECONNREFUSED:
 		/* Refused by TCP (nobody listens) or, with p, by the
 		 * peer's application with an MPA Reject. */
@@ -51,6 +70,11 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 	default:
 		type = RDMA_CM_EVENT_CONNECT_ERROR;
 	}
+	if (t) {
+		/* Before the event: the application may exit on it. */
+		glue_tls_drop(fd);
+		glue_tls_thread_done();
+	}
 	pthread_mutex_lock(&wcm.lock);
 	if (w->fd == fd)
 		w->fd = -1;
@@ -61,8 +85,50 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 	wcm_event_queue(w, w, type, status, p ? p->peer_pdata : NULL,
 			p ? p->peer_pdata_len : 0);
 	pthread_mutex_unlock(&wcm.lock);
-	if (fd >= 0)
+	if (fd >= 0) {
+		glue_tls_drop(fd);
 		close(fd);
+	}
+}
+
+/*
+ * The TLS handshake as initiator on the connected fd, within tmo
+ * (docs/tls.md): the session is attached to fd first, so that the MPA
+ * exchange runs inside it and connect_failed() finds why it failed.
+ * An initiator never falls back to plaintext (WISP_TLS=optional counts
+ * as required here). Returns 0 or a negative errno.
+ */
+static int tls_connect(int fd, const struct glue_tls_config *cfg,
+		       const struct sockaddr *dst, int tmo)
+{
+	char why[256], addr[INET6_ADDRSTRLEN + 8];
+	struct glue_tls_ctx *ctx;
+	struct glue_tls *t;
+	int ret;
+
+	ctx = glue_tls_ctx_get(cfg, false, why, sizeof(why));
+	if (!ctx) {
+		wcm_log(WCM_LOG_ERROR, "TLS: %s", why);
+		return -EINVAL;
+	}
+	if (getnameinfo(dst, wcm_addrlen(dst), addr, sizeof(addr), NULL, 0,
+			NI_NUMERICHOST))
+		addr[0] = 0;
+	/* A link-local scope ("%eth0") is no part of an IP SAN. */
+	addr[strcspn(addr, "%")] = 0;
+	t = glue_tls_new(ctx, fd, addr[0] ? addr : NULL);
+	if (!t)
+		return -ENOMEM;
+	ret = glue_tls_attach(fd, t);
+	if (ret) {
+		glue_tls_free(t);
+		return ret;
+	}
+	ret = glue_tls_handshake(t, tmo);
+	if (!ret)
+		wcm_log(WCM_LOG_INFO, "connect to %s: %s", addr,
+			glue_tls_describe(t, why, sizeof(why)));
+	return ret;
 }
 
 static void *connect_thread(void *arg)
@@ -72,6 +138,7 @@ static void *connect_thread(void *arg)
 	struct sockaddr_storage dst;
 	struct mpa_params params;
 	struct mpa_prefs prefs;
+	struct glue_tls_config tls;
 	struct ibv_qp *qp;
 	enum mpa_error err;
 	socklen_t alen;
@@ -86,6 +153,7 @@ static void *connect_thread(void *arg)
 	prefs.pdata = w->conn_pdata_len ? w->conn_pdata : NULL;
 	prefs.pdata_len = w->conn_pdata_len;
 	tmo = w->opts.timeout_ms;
+	tls = w->opts.tls;
 	qp = w->id.qp ? w->id.qp : w->ext_qp;
 	fd = w->fd;
 	pthread_mutex_unlock(&wcm.lock);
@@ -99,6 +167,11 @@ static void *connect_thread(void *arg)
 	alen = sizeof(w->id.route.addr.src_storage);
 	getsockname(fd, &w->id.route.addr.src_addr, &alen);
 	pthread_mutex_unlock(&wcm.lock);
+	if (tls.mode != GLUE_TLS_OFF) {
+		ret = tls_connect(fd, &tls, (struct sockaddr *)&dst, tmo);
+		if (ret)
+			goto fail;
+	}
 
 	/* The Request and the Reply each within the timeout, as the
 	 * connect. */
@@ -136,6 +209,7 @@ static void *connect_thread(void *arg)
 fail:
 	connect_failed(w, fd, ret, NULL);
 done:
+	glue_tls_thread_done();
 	wcm_thread_done(w);
 	return NULL;
 }

@@ -10,10 +10,12 @@
  * silently run a benchmark with other settings than intended.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cm_internal.h"
 #include "glue_mpa.h"
@@ -118,6 +120,155 @@ static int parse_limit(const char *var, const char *what, int *out)
 	return v ? parse_whole(var, v, what, 1, WCM_LIMIT_MAX, out) : 0;
 }
 
+/*
+ * A copy of str that lives as long as the process, one per distinct
+ * string: TLS contexts are cached for the process (glue_tls_ctx_get) and
+ * keep pointers to their file names, so an id's options may not free
+ * them. NULL for NULL or "".
+ */
+static const char *wcm_intern(const char *str)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct istr { struct istr *next; char s[]; } *list;
+	struct istr *i;
+	size_t len;
+
+	if (!str || !*str)
+		return NULL;
+	len = strlen(str);
+	pthread_mutex_lock(&lock);
+	for (i = list; i; i = i->next)
+		if (!strcmp(i->s, str))
+			goto out;
+	i = malloc(sizeof(*i) + len + 1);
+	if (i) {
+		memcpy(i->s, str, len + 1);
+		i->next = list;
+		list = i;
+	}
+out:
+	pthread_mutex_unlock(&lock);
+	return i ? i->s : NULL;
+}
+
+/* A WISP_TLS_* file variable: set, non-empty and readable. */
+static int tls_file(const char *var, const char **out)
+{
+	const char *v = getenv(var);
+
+	if (!v)
+		return 0;
+	if (!*v || access(v, R_OK))
+		return bad_value(var, v, "a readable file");
+	*out = wcm_intern(v);
+	return *out ? 0 : -ENOMEM;
+}
+
+/* WISP_TLS_KEY_UPDATE_BYTES: a whole number of octets, 0 (never) or
+ * 65536 to 2^62: an interval below 64 KiB would rotate keys every few
+ * records for no gain. */
+static int tls_key_update(uint64_t *out)
+{
+	const char *v = getenv("WISP_TLS_KEY_UPDATE_BYTES");
+	unsigned long long n;
+	char *end;
+
+	if (!v)
+		return 0;
+	if (v[0] < '0' || v[0] > '9')
+		goto bad;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || *end || (n && (n < 65536 || n > (1ULL << 62))))
+		goto bad;
+	*out = n;
+	return 0;
+bad:
+	return bad_value("WISP_TLS_KEY_UPDATE_BYTES", v, "0 (never) or a whole "
+			 "number of octets, 65536 to 4611686018427387904");
+}
+
+/* The WISP_TLS* variables into *t (docs/configuration.md, docs/tls.md). */
+static int tls_config_load(struct glue_tls_config *t)
+{
+	static const char *const modes[] = {
+		[GLUE_TLS_OFF] = "off", [GLUE_TLS_OPTIONAL] = "optional",
+		[GLUE_TLS_REQUIRED] = "required", NULL,
+	};
+	static const char *const bits[] = { "0", "1", NULL };
+	const char *v;
+	int r, ret = 0;
+
+	memset(t, 0, sizeof(*t));
+	v = getenv("WISP_TLS");
+	if (v) {
+		r = parse_word("WISP_TLS", v, modes,
+			       "off, optional, required");
+		if (r < 0)
+			ret = r;
+		else
+			t->mode = (enum glue_tls_mode)r;
+	}
+	v = getenv("WISP_TLS_MUTUAL");
+	if (v) {
+		r = parse_word("WISP_TLS_MUTUAL", v, bits, "0, 1");
+		if (r < 0)
+			ret = r;
+		else
+			t->mutual = r;
+	}
+	v = getenv("WISP_TLS_PSK_IDENTITY");
+	if (v) {
+		/* RFC 8446 4.2.11: identity<1..2^16-1>; printable here so
+		 * that it can be logged. */
+		bool ok = *v && strlen(v) < 256;
+
+		for (const char *p = v; ok && *p; p++)
+			ok = *p > ' ' && *p < 0x7f;
+		if (!ok)
+			ret = bad_value("WISP_TLS_PSK_IDENTITY", v, "1 to 255 "
+					"printable ASCII characters, no "
+					"spaces");
+		else
+			t->psk_identity = wcm_intern(v);
+	}
+	v = getenv("WISP_TLS_VERIFY_NAME");
+	if (v) {
+		if (!*v || strlen(v) > 253)
+			ret = bad_value("WISP_TLS_VERIFY_NAME", v, "a host name "
+					"or an IPv4 / IPv6 address");
+		else
+			t->verify_name = wcm_intern(v);
+	}
+	r = tls_file("WISP_TLS_PSK_FILE", &t->psk_file);
+	if (r)
+		ret = r;
+	r = tls_file("WISP_TLS_CERT", &t->cert);
+	if (r)
+		ret = r;
+	r = tls_file("WISP_TLS_KEY", &t->key);
+	if (r)
+		ret = r;
+	r = tls_file("WISP_TLS_CA", &t->ca);
+	if (r)
+		ret = r;
+	r = tls_key_update(&t->key_update_bytes);
+	if (r)
+		ret = r;
+	if (!ret && t->psk_file && !t->psk_identity) {
+		fprintf(stderr, "wisp: WISP_TLS_PSK_FILE needs "
+			"WISP_TLS_PSK_IDENTITY\n");
+		ret = -EINVAL;
+	}
+	if (!ret && t->mode != GLUE_TLS_OFF && !t->psk_file &&
+	    !!t->cert != !!t->key) {
+		fprintf(stderr, "wisp: WISP_TLS_CERT and WISP_TLS_KEY go "
+			"together\n");
+		ret = -EINVAL;
+	}
+	return ret;
+}
+
 int wcm_config_load(void)
 {
 	static const char *const bits[] = { "0", "1", NULL };
@@ -201,6 +352,9 @@ int wcm_config_load(void)
 			&lim.max_backlog);
 	if (r < 0)
 		ret = r;
+	r = tls_config_load(&o.tls);
+	if (r < 0)
+		ret = r;
 	if (ret)
 		return ret;
 	/* Peer-to-peer is an RFC 6581 feature: with rev 1 it is off. */
@@ -220,11 +374,46 @@ static int opt_int(const void *val, size_t len, int *out)
 	return 0;
 }
 
+/* A string option: NUL-terminated within len. */
+static int opt_str(const void *val, size_t len, const char **out)
+{
+	const char *s = val;
+
+	if (!val || !len || len > 4096 || s[len - 1] || strlen(s) != len - 1)
+		return -EINVAL;
+	*out = wcm_intern(s);
+	return *out || !*s ? 0 : -ENOMEM;
+}
+
+static int tls_opt_set(struct glue_tls_config *t, int optname,
+		       const void *val, size_t len)
+{
+	switch (optname) {
+	case WISP_OPT_TLS_PSK_FILE:
+		return opt_str(val, len, &t->psk_file);
+	case WISP_OPT_TLS_PSK_IDENTITY:
+		return opt_str(val, len, &t->psk_identity);
+	case WISP_OPT_TLS_CERT:
+		return opt_str(val, len, &t->cert);
+	case WISP_OPT_TLS_KEY:
+		return opt_str(val, len, &t->key);
+	case WISP_OPT_TLS_CA:
+		return opt_str(val, len, &t->ca);
+	case WISP_OPT_TLS_VERIFY_NAME:
+		return opt_str(val, len, &t->verify_name);
+	default:
+		return -ENOSYS;
+	}
+}
+
 int wcm_opts_set(struct wcm_opts *o, int optname, const void *val,
 		 size_t len)
 {
 	int v, ret;
 
+	if (optname >= WISP_OPT_TLS_PSK_FILE &&
+	    optname <= WISP_OPT_TLS_VERIFY_NAME)
+		return tls_opt_set(&o->tls, optname, val, len);
 	ret = opt_int(val, len, &v);
 	if (ret)
 		return ret;
@@ -259,6 +448,24 @@ int wcm_opts_set(struct wcm_opts *o, int optname, const void *val,
 		if (v < 1 || v > TIMEOUT_MAX_MS)
 			return -EINVAL;
 		o->timeout_ms = v;
+		return 0;
+	case WISP_OPT_TLS:
+		if (v != WISP_TLS_OFF && v != WISP_TLS_OPTIONAL &&
+		    v != WISP_TLS_REQUIRED)
+			return -EINVAL;
+		o->tls.mode = v == WISP_TLS_OFF ? GLUE_TLS_OFF :
+			      v == WISP_TLS_OPTIONAL ? GLUE_TLS_OPTIONAL :
+						       GLUE_TLS_REQUIRED;
+		return 0;
+	case WISP_OPT_TLS_MUTUAL:
+		if (v != 0 && v != 1)
+			return -EINVAL;
+		o->tls.mutual = v;
+		return 0;
+	case WISP_OPT_TLS_KEY_UPDATE_KIB:
+		if (v < 0 || (v > 0 && v < 64))
+			return -EINVAL;
+		o->tls.key_update_bytes = (uint64_t)v * 1024;
 		return 0;
 	default:
 		return -ENOSYS;

@@ -107,8 +107,10 @@ struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 
 void wcm_id_free(struct wcm_id *w)
 {
-	if (w->fd >= 0)
+	if (w->fd >= 0) {
+		glue_tls_drop(w->fd);
 		close(w->fd);
+	}
 	if (w->wake_fd >= 0)
 		close(w->wake_fd);
 	if (w->sync)

@@ -44,6 +44,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "glue_mpa.h"
+#include "glue_tls.h"
 #include "mpa.h"
 
 #ifndef container_of
@@ -78,6 +79,9 @@ struct wcm_opts {
 	uint8_t tos;
 	bool reuseaddr;
 	int afonly;               /* -1: system default */
+	/* WISP_TLS*: TLS 1.3 under MPA (docs/tls.md); strings are
+	 * process-lifetime copies (wcm_intern). */
+	struct glue_tls_config tls;
 };
 
 /* Bounds of the passive side, process-wide (cm_passive.c). */

@@ -51,6 +51,11 @@ struct wcm_hs {
 	struct glue_mpa_rd rd;
 	uint8_t frame[GLUE_MPA_FRAME_MAX];
 	char who[64];
+	/* TLS (docs/tls.md): the first octet says which (hs_sniff); the
+	 * handshake runs here, without blocking, before the Request. */
+	enum { HS_SNIFF, HS_TLS, HS_MPA } phase;
+	struct glue_tls *tls;      /* HS_TLS: not attached yet */
+	short events;              /* what the next step waits for */
 };
 
 /* What one listener thread holds. */
@@ -97,8 +102,24 @@ static void hs_close(struct wcm_hs *h)
 		h->all_next->all_pprev = h->all_pprev;
 	wcm.hs_count--;
 	pthread_mutex_unlock(&wcm.lock);
-	if (h->fd >= 0)
+	if (h->tls && h->fd >= 0) {
+		/* A failed TLS handshake: OpenSSL has queued its alert. The
+		 * initiator already sent its MPA Request after its Finished
+		 * (TLS 1.3: the client is done first); closing with it
+		 * unread would reset the connection and the alert, which
+		 * names the reason, could be lost. Read what is there. */
+		uint8_t sink[4096];
+
+		shutdown(h->fd, SHUT_WR);
+		for (int i = 0; i < 16; i++)
+			if (recv(h->fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
+				break;
+	}
+	glue_tls_free(h->tls);
+	if (h->fd >= 0) {
+		glue_tls_drop(h->fd);
 		close(h->fd);
+	}
 	free(h);
 }
 
@@ -136,6 +157,7 @@ static void hs_admit(struct listener *ls, int fd,
 		return;
 	}
 	h->fd = fd;
+	h->events = POLLIN;
 	addr_key(peer, &h->addr);
 	wcm_addr_str((const struct sockaddr *)peer, h->who, sizeof(h->who));
 	pthread_mutex_lock(&wcm.lock);
@@ -294,13 +316,110 @@ static void hs_request(struct wcm_id *l, struct wcm_hs *h, int len)
 		h->who, req.rev);
 }
 
+/*
+ * Which the peer speaks, from its first octet: a TLS record header
+ * starts with 0x16 (RFC 8446 5.1, ContentType handshake), an MPA Request
+ * with 'M' ("MPA ID Req Frame"). Nothing has been sent to the peer yet,
+ * so a refusal here is a plain close, logged with the reason. Returns 0
+ * (h->phase set), -EAGAIN, or a negative errno to drop h.
+ */
+static int hs_sniff(struct listener *ls, struct wcm_hs *h)
+{
+	struct glue_tls_config cfg;
+	struct glue_tls_ctx *ctx;
+	char why[256];
+	uint8_t first;
+	ssize_t n;
+
+	do
+		n = recv(h->fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return -EAGAIN;
+	if (n <= 0)
+		return n ? -errno : -ECONNRESET;
+	pthread_mutex_lock(&wcm.lock);
+	cfg = ls->w->opts.tls;
+	pthread_mutex_unlock(&wcm.lock);
+	if (first != 0x16) {
+		if (cfg.mode == GLUE_TLS_REQUIRED) {
+			wcm_log(WCM_LOG_WARN, "connection from %s refused: "
+				"plaintext MPA, but WISP_TLS=required",
+				h->who);
+			return -EPROTONOSUPPORT;
+		}
+		h->phase = HS_MPA;
+		return 0;
+	}
+	if (cfg.mode == GLUE_TLS_OFF) {
+		wcm_log(WCM_LOG_WARN, "connection from %s refused: TLS "
+			"ClientHello, but WISP_TLS=off", h->who);
+		return -EPROTONOSUPPORT;
+	}
+	ctx = glue_tls_ctx_get(&cfg, true, why, sizeof(why));
+	if (!ctx) {
+		wcm_log(WCM_LOG_ERROR, "connection from %s refused: TLS: %s",
+			h->who, why);
+		return -EINVAL;
+	}
+	h->tls = glue_tls_new(ctx, h->fd, NULL);
+	if (!h->tls)
+		return -ENOMEM;
+	h->phase = HS_TLS;
+	return 0;
+}
+
+/* One step of h's TLS handshake; once done the session is attached to
+ * the socket and the Request is read through it. */
+static int hs_tls(struct wcm_hs *h)
+{
+	int ret = glue_tls_handshake_step(h->tls);
+
+	if (ret == -EAGAIN) {
+		h->events = glue_tls_events(h->tls);
+		return ret;
+	}
+	if (ret) {
+		wcm_log(WCM_LOG_WARN, "connection from %s refused: TLS: %s",
+			h->who, glue_tls_fail_str(glue_tls_failure(h->tls)));
+		return ret;
+	}
+	{
+		char what[96];
+
+		wcm_log(WCM_LOG_INFO, "connection from %s: %s", h->who,
+			glue_tls_describe(h->tls, what, sizeof(what)));
+	}
+	ret = glue_tls_attach(h->fd, h->tls);
+	if (ret)
+		return ret;
+	h->tls = NULL;
+	h->events = POLLIN;
+	h->phase = HS_MPA;
+	return 0;
+}
+
 /* Read what h's peer sent; on a complete Request or a failure h leaves
  * the list. */
 static void hs_serve(struct listener *ls, struct wcm_hs *h)
 {
-	enum mpa_error err;
-	int len = glue_mpa_rd_step(h->fd, &h->rd, &err);
+	enum mpa_error err = MPA_ERR_NONE;
+	int len = 0;
 
+	if (h->phase == HS_SNIFF)
+		len = hs_sniff(ls, h);
+	if (!len && h->phase == HS_TLS)
+		len = hs_tls(h);
+	if (len == -EAGAIN)
+		return;
+	if (len < 0) {
+		wcm_log(WCM_LOG_INFO, "connection from %s: no MPA Request: %s",
+			h->who, strerror(-len));
+		hs_unlink(ls, h);
+		hs_close(h);
+		return;
+	}
+	len = glue_mpa_rd_step(h->fd, &h->rd, &err);
 	if (len == -EAGAIN)
 		return;
 	hs_unlink(ls, h);
@@ -346,7 +465,8 @@ static int poll_setup(struct listener *ls, int lfd, int wake)
 	ls->pfd[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 	ls->pfd[1] = (struct pollfd){ .fd = wake, .events = POLLIN };
 	for (struct wcm_hs *h = ls->head; h; h = h->next, i++) {
-		ls->pfd[i] = (struct pollfd){ .fd = h->fd, .events = POLLIN };
+		ls->pfd[i] = (struct pollfd){ .fd = h->fd,
+					      .events = h->events };
 		if (h->deadline >= 0 && (first < 0 || h->deadline < first))
 			first = h->deadline;
 	}
@@ -425,6 +545,7 @@ static void *listen_thread(void *arg)
 		hs_drop(ls, ls->head);
 	free(ls->pfd);
 	free(ls);
+	glue_tls_thread_done();
 	wcm_thread_done(w);
 	return NULL;
 }
@@ -534,6 +655,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *param)
 
 	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
 	if (ret) {
+		glue_tls_drop(fd);
 		close(fd);
 		pthread_mutex_lock(&wcm.lock);
 		wcm_set_state(w, WCM_FAILED);
@@ -589,7 +711,16 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data,
 	ret = wisp_startup_send_reply(fd, &reply, wisp_startup_deadline(tmo));
 	if (ret)
 		wcm_log(WCM_LOG_INFO, "reject: %s", strerror(-ret));
-	/* MPA exits; the TCP connection is of no further use to rdma_cm. */
+	/* MPA exits; the TCP connection is of no further use to rdma_cm.
+	 * Over TLS the Reply is followed by close_notify, so that the
+	 * peer reads an orderly end, not a truncation. */
+	{
+		struct glue_tls *t = glue_tls_take(fd);
+
+		if (t)
+			glue_tls_close_notify(t);
+		glue_tls_free(t);
+	}
 	shutdown(fd, SHUT_WR);
 	close(fd);
 	return 0;

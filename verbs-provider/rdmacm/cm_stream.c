@@ -154,12 +154,14 @@ int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 	if (!ret && qp)
 		in_force(qp, &sp);
 	if (ret) {
+		glue_tls_drop(fd);
 		close(fd);
 		goto out;
 	}
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
+		glue_tls_drop(fd);
 		close(fd);
 		ret = -ENOMEM;
 		goto out;
@@ -177,6 +179,7 @@ int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 		ret = wcm_thread_start(w, watch_thread, w);
 		if (ret) {
 			w->fd = -1;
+			glue_tls_drop(fd);
 			close(fd);
 		}
 		pthread_mutex_unlock(&wcm.lock);
@@ -186,10 +189,12 @@ int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 	pthread_mutex_unlock(&wcm.lock);
 
 	ret = -wisp_qp_set_stream_end_cb(qp, stream_end, c);
-	if (ret)
+	if (ret) {
+		glue_tls_drop(fd);
 		close(fd);
-	else
+	} else {
 		ret = -wisp_qp_attach_stream(qp, fd, &sp);
+	}
 	if (ret) {
 		pthread_mutex_lock(&wcm.lock);
 		conn_cb_gone(w);

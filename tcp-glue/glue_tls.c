@@ -1,0 +1,1044 @@
+// SPDX-License-Identifier: MIT
+/*
+ * glue_tls.c - TLS 1.3 under MPA with OpenSSL (glue_tls.h, docs/tls.md).
+ *
+ * Copies of each payload octet (docs/tls.md "Copies"):
+ *  - receive: the kernel copies the record into OpenSSL's record buffer
+ *    (as recv() into the MR does without TLS); OpenSSL decrypts it in
+ *    place and checks the tag, and only then copies the plaintext into
+ *    the iovecs the QP gave (rx_want: the MR, or the receive buffer). One
+ *    user-space copy, and nothing that failed authentication is ever
+ *    written into an MR.
+ *  - transmit: the FPDU's iovecs (header, the user's SGEs, CRC) are
+ *    gathered into a 16 KiB plaintext record buffer (the one user-space
+ *    copy) so that bulk traffic goes out in full records rather than one
+ *    tiny record per iovec; OpenSSL encrypts from there into its write
+ *    buffer, which send() hands to the kernel.
+ */
+#include "glue_tls.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#define PSK_MAX 64
+
+struct glue_tls_ctx {
+	struct glue_tls_ctx *next;
+	struct glue_tls_config cfg;
+	bool server;
+	SSL_CTX *ssl_ctx;
+	uint8_t psk[PSK_MAX];
+	size_t psk_len;
+};
+
+struct glue_tls {
+	struct glue_tls_ctx *ctx;
+	/* An SSL object is not safe for an SSL_read on one thread and an
+	 * SSL_write on another (they share the record layer's state and
+	 * SSL_get_error's view of it); the engine's receive and transmit
+	 * sides run on different threads at times, so every call into
+	 * OpenSSL on a session, with its SSL_get_error, holds this. */
+	pthread_mutex_t lock;
+	SSL *ssl;
+	int fd;
+	short events;
+	enum glue_tls_fail fail;
+	int verify_err;           /* first X509_V_ERR_* of the peer's chain */
+	bool closed;              /* close_notify sent */
+	uint64_t since_update;
+	unsigned updates_sent;
+	uint8_t stage[GLUE_TLS_RECORD];
+	size_t staged;            /* > 0: a record waits (retry) */
+};
+
+static const char *const fail_names[] = {
+	[GLUE_TLS_OK] = "no failure",
+	[GLUE_TLS_F_CONFIG] = "local TLS configuration",
+	[GLUE_TLS_F_PSK] = "wrong pre-shared key or unknown PSK identity",
+	[GLUE_TLS_F_UNTRUSTED] = "peer certificate not trusted",
+	[GLUE_TLS_F_EXPIRED] = "peer certificate expired or not yet valid",
+	[GLUE_TLS_F_NAME] = "peer certificate does not match the expected "
+			    "name or address",
+	[GLUE_TLS_F_NO_CERT] = "peer sent no certificate",
+	[GLUE_TLS_F_ALPN] = "ALPN: peer does not speak \"iwarp\"",
+	[GLUE_TLS_F_PLAINTEXT] = "peer closed at the TLS ClientHello "
+				 "(a plaintext-only listener?)",
+	[GLUE_TLS_F_PROTOCOL] = "TLS handshake failed",
+	[GLUE_TLS_F_BAD_RECORD] = "TLS record failed authentication",
+	[GLUE_TLS_F_TRUNCATED] = "TLS stream truncated (no close_notify)",
+	[GLUE_TLS_F_ALERT] = "TLS alert from the peer",
+	[GLUE_TLS_F_TIMEOUT] = "TLS handshake timed out",
+	[GLUE_TLS_F_PEER_UNTRUSTED] = "the peer does not trust our "
+				      "certificate",
+	[GLUE_TLS_F_PEER_EXPIRED] = "the peer finds our certificate expired",
+};
+_Static_assert(sizeof(fail_names) / sizeof(fail_names[0]) ==
+	       GLUE_TLS_F__COUNT, "a name for every TLS failure");
+
+const char *glue_tls_fail_str(enum glue_tls_fail f)
+{
+	return (unsigned)f < GLUE_TLS_F__COUNT ? fail_names[f] : "?";
+}
+
+int glue_tls_fail_errno(enum glue_tls_fail f)
+{
+	switch (f) {
+	case GLUE_TLS_OK:
+		return 0;
+	case GLUE_TLS_F_CONFIG:
+		return -EINVAL;
+	case GLUE_TLS_F_PSK:
+		return -EACCES;
+	case GLUE_TLS_F_UNTRUSTED:
+	case GLUE_TLS_F_PEER_UNTRUSTED:
+		return -EKEYREJECTED;
+	case GLUE_TLS_F_EXPIRED:
+	case GLUE_TLS_F_PEER_EXPIRED:
+		return -EKEYEXPIRED;
+	case GLUE_TLS_F_NAME:
+		return -EREMCHG;
+	case GLUE_TLS_F_NO_CERT:
+		return -ENOKEY;
+	case GLUE_TLS_F_ALPN:
+		return -ENOPROTOOPT;
+	case GLUE_TLS_F_PLAINTEXT:
+		return -EPROTONOSUPPORT;
+	case GLUE_TLS_F_BAD_RECORD:
+	case GLUE_TLS_F_ALERT:
+		return -EBADMSG;
+	case GLUE_TLS_F_TRUNCATED:
+		return -ECONNRESET;
+	case GLUE_TLS_F_TIMEOUT:
+		return -ETIMEDOUT;
+	case GLUE_TLS_F_PROTOCOL:
+	default:
+		return -EPROTO;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* The BIO: non-blocking recv / send on the fd                        */
+/* ------------------------------------------------------------------ */
+
+static int bio_write(BIO *b, const char *buf, size_t len, size_t *done)
+{
+	int fd = (int)(intptr_t)BIO_get_data(b);
+	ssize_t n;
+
+	BIO_clear_retry_flags(b);
+	do
+		n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			BIO_set_retry_write(b);
+		return 0;
+	}
+	*done = (size_t)n;
+	return 1;
+}
+
+static int bio_read(BIO *b, char *buf, size_t len, size_t *done)
+{
+	int fd = (int)(intptr_t)BIO_get_data(b);
+	ssize_t n;
+
+	BIO_clear_retry_flags(b);
+	do
+		n = recv(fd, buf, len, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			BIO_set_retry_read(b);
+		return 0;
+	}
+	if (n == 0) {
+		BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+		return 0;
+	}
+	*done = (size_t)n;
+	return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	(void)num;
+	(void)ptr;
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1;
+	case BIO_CTRL_EOF:
+		return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+	default:
+		return 0;
+	}
+}
+
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static void bio_method_init(void)
+{
+	bio_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+				  "wisp-socket");
+	if (!bio_method)
+		return;
+	BIO_meth_set_write_ex(bio_method, bio_write);
+	BIO_meth_set_read_ex(bio_method, bio_read);
+	BIO_meth_set_ctrl(bio_method, bio_ctrl);
+}
+
+/* ------------------------------------------------------------------ */
+/* Contexts                                                           */
+/* ------------------------------------------------------------------ */
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct glue_tls_ctx *ctx_list;
+static int ex_index = -1;
+
+static bool str_eq(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+static bool cfg_eq(const struct glue_tls_config *a,
+		   const struct glue_tls_config *b)
+{
+	return str_eq(a->psk_file, b->psk_file) &&
+	       str_eq(a->psk_identity, b->psk_identity) &&
+	       str_eq(a->cert, b->cert) && str_eq(a->key, b->key) &&
+	       str_eq(a->ca, b->ca) && str_eq(a->verify_name, b->verify_name) &&
+	       a->mutual == b->mutual &&
+	       a->key_update_bytes == b->key_update_bytes;
+}
+
+static int hexval(int ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* The PSK file: 32 to 64 octets as hex digits, optional final newline
+ * (scripts/wisp-tls-psk writes 32). */
+static int load_psk(struct glue_tls_ctx *x, char *why, size_t whylen)
+{
+	char text[2 * PSK_MAX + 4];
+	FILE *f = fopen(x->cfg.psk_file, "re");
+	size_t n, i;
+
+	if (!f) {
+		snprintf(why, whylen, "WISP_TLS_PSK_FILE %s: %s",
+			 x->cfg.psk_file, strerror(errno));
+		return -EINVAL;
+	}
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+		n--;
+	if (n % 2 || n < 64 || n > 2 * PSK_MAX)
+		goto bad;
+	for (i = 0; i < n / 2; i++) {
+		int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			goto bad;
+		x->psk[i] = (uint8_t)(hi << 4 | lo);
+	}
+	x->psk_len = n / 2;
+	OPENSSL_cleanse(text, sizeof(text));
+	return 0;
+bad:
+	OPENSSL_cleanse(text, sizeof(text));
+	snprintf(why, whylen, "WISP_TLS_PSK_FILE %s: expected 32 to 64 "
+		 "octets as hex digits", x->cfg.psk_file);
+	return -EINVAL;
+}
+
+static struct glue_tls *tls_of_ssl(SSL *ssl)
+{
+	return SSL_get_ex_data(ssl, ex_index);
+}
+
+/* TLS_AES_128_GCM_SHA256 (RFC 8446 B.4: 0x13,0x01): the PSK's hash. */
+static SSL_SESSION *psk_session(SSL *ssl, const struct glue_tls_ctx *x)
+{
+	static const unsigned char aes128gcm[] = { 0x13, 0x01 };
+	const SSL_CIPHER *c = SSL_CIPHER_find(ssl, aes128gcm);
+	SSL_SESSION *s = SSL_SESSION_new();
+
+	if (!s || !c || !SSL_SESSION_set1_master_key(s, x->psk, x->psk_len) ||
+	    !SSL_SESSION_set_cipher(s, c) ||
+	    !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+		SSL_SESSION_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static int psk_use_cb(SSL *ssl, const EVP_MD *md, const unsigned char **id,
+		      size_t *idlen, SSL_SESSION **sess)
+{
+	struct glue_tls *t = tls_of_ssl(ssl);
+	const struct glue_tls_ctx *x = t->ctx;
+
+	*sess = NULL;
+	/* A HelloRetryRequest may fix another hash: offer nothing then. */
+	if (md && md != EVP_sha256())
+		return 1;
+	*sess = psk_session(ssl, x);
+	if (!*sess)
+		return 0;
+	*id = (const unsigned char *)x->cfg.psk_identity;
+	*idlen = strlen(x->cfg.psk_identity);
+	return 1;
+}
+
+static int psk_find_cb(SSL *ssl, const unsigned char *id, size_t idlen,
+		       SSL_SESSION **sess)
+{
+	struct glue_tls *t = tls_of_ssl(ssl);
+	const struct glue_tls_ctx *x = t->ctx;
+
+	*sess = NULL;
+	if (idlen != strlen(x->cfg.psk_identity) ||
+	    memcmp(id, x->cfg.psk_identity, idlen)) {
+		/* Not ours: no session, and without a certificate the
+		 * handshake fails; say why. */
+		t->fail = GLUE_TLS_F_PSK;
+		return 1;
+	}
+	*sess = psk_session(ssl, x);
+	return *sess ? 1 : 0;
+}
+
+/* ALPN (RFC 7301 3.2): a server that supports none of the client's
+ * protocols "MUST respond with a fatal no_application_protocol alert". */
+static int alpn_select_cb(SSL *ssl, const unsigned char **out,
+			  unsigned char *outlen, const unsigned char *in,
+			  unsigned int inlen, void *arg)
+{
+	static const unsigned char ours[] = "\x05" GLUE_TLS_ALPN;
+	unsigned char *sel;
+
+	(void)arg;
+	if (SSL_select_next_proto(&sel, outlen, ours, sizeof(ours) - 1, in,
+				  inlen) != OPENSSL_NPN_NEGOTIATED) {
+		struct glue_tls *t = tls_of_ssl(ssl);
+
+		if (t)
+			t->fail = GLUE_TLS_F_ALPN;
+		return SSL_TLSEXT_ERR_ALERT_FATAL;
+	}
+	*out = sel;
+	return SSL_TLSEXT_ERR_OK;
+}
+
+/* OpenSSL's verdict on each certificate of the peer's chain, kept: the
+ * first error is the reason a refusal names. */
+static int verify_cb(int ok, X509_STORE_CTX *store)
+{
+	SSL *ssl = X509_STORE_CTX_get_ex_data(store,
+				SSL_get_ex_data_X509_STORE_CTX_idx());
+	struct glue_tls *t = ssl ? tls_of_ssl(ssl) : NULL;
+
+	if (!ok && t && t->verify_err == X509_V_OK)
+		t->verify_err = X509_STORE_CTX_get_error(store);
+	return ok;
+}
+
+static int ctx_setup(struct glue_tls_ctx *x, char *why, size_t whylen)
+{
+	SSL_CTX *s = SSL_CTX_new(x->server ? TLS_server_method() :
+					     TLS_client_method());
+	const struct glue_tls_config *c = &x->cfg;
+
+	if (!s) {
+		snprintf(why, whylen, "SSL_CTX_new failed");
+		return -ENOMEM;
+	}
+	x->ssl_ctx = s;
+	SSL_CTX_set_min_proto_version(s, TLS1_3_VERSION);
+	/* AES-128-GCM first: AES-NI makes it the cheapest AEAD here. */
+	SSL_CTX_set_ciphersuites(s, "TLS_AES_128_GCM_SHA256:"
+				 "TLS_AES_256_GCM_SHA384:"
+				 "TLS_CHACHA20_POLY1305_SHA256");
+	SSL_CTX_set_mode(s, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+			 SSL_MODE_RELEASE_BUFFERS);
+	SSL_CTX_clear_mode(s, SSL_MODE_RELEASE_BUFFERS);
+	/* No resumption tickets: every connection authenticates afresh,
+	 * and no extra record follows the handshake. */
+	SSL_CTX_set_num_tickets(s, 0);
+	SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_OFF);
+	/* psk_dhe_ke only (RFC 8446 4.2.9): OpenSSL offers and accepts
+	 * psk_ke only with SSL_OP_ALLOW_NO_DHE_KEX, which stays clear, so
+	 * a stolen PSK does not open recorded traffic. */
+	SSL_CTX_clear_options(s, SSL_OP_ALLOW_NO_DHE_KEX);
+	if (x->server)
+		SSL_CTX_set_alpn_select_cb(s, alpn_select_cb, NULL);
+	else if (SSL_CTX_set_alpn_protos(s, (const unsigned char *)
+					 "\x05" GLUE_TLS_ALPN, 6))
+		goto err_ssl;
+
+	if (c->psk_file) {
+		if (!c->psk_identity || !*c->psk_identity) {
+			snprintf(why, whylen, "WISP_TLS_PSK_FILE needs "
+				 "WISP_TLS_PSK_IDENTITY");
+			return -EINVAL;
+		}
+		if (load_psk(x, why, whylen))
+			return -EINVAL;
+		if (x->server)
+			SSL_CTX_set_psk_find_session_callback(s, psk_find_cb);
+		else
+			SSL_CTX_set_psk_use_session_callback(s, psk_use_cb);
+		return 0;
+	}
+	if (c->cert || c->key || x->server) {
+		if (!c->cert || !c->key) {
+			snprintf(why, whylen, "TLS needs WISP_TLS_CERT and "
+				 "WISP_TLS_KEY%s, or WISP_TLS_PSK_FILE",
+				 x->server ? " on a listener" : "");
+			return -EINVAL;
+		}
+		if (SSL_CTX_use_certificate_chain_file(s, c->cert) != 1 ||
+		    SSL_CTX_use_PrivateKey_file(s, c->key, SSL_FILETYPE_PEM)
+		    != 1 || SSL_CTX_check_private_key(s) != 1) {
+			snprintf(why, whylen, "WISP_TLS_CERT %s / WISP_TLS_KEY "
+				 "%s do not load or do not match", c->cert,
+				 c->key);
+			return -EINVAL;
+		}
+	}
+	if (c->ca ? SSL_CTX_load_verify_locations(s, c->ca, NULL) != 1 :
+		    SSL_CTX_set_default_verify_paths(s) != 1) {
+		snprintf(why, whylen, "WISP_TLS_CA %s does not load",
+			 c->ca ? c->ca : "(system)");
+		return -EINVAL;
+	}
+	/* Verification is on by default: an initiator always verifies the
+	 * listener; a listener verifies clients with WISP_TLS_MUTUAL=1. */
+	if (!x->server)
+		SSL_CTX_set_verify(s, SSL_VERIFY_PEER, verify_cb);
+	else if (c->mutual)
+		SSL_CTX_set_verify(s, SSL_VERIFY_PEER |
+				   SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_cb);
+	return 0;
+err_ssl:
+	snprintf(why, whylen, "OpenSSL setup failed");
+	return -ENOMEM;
+}
+
+static void global_init(void)
+{
+	/* No OPENSSL_cleanup at exit: an unmodified program exits with
+	 * connections open, and the engine thread (or a destructor) may
+	 * still touch a session after atexit handlers ran; OpenSSL's
+	 * cleanup under its feet crashed rping at exit. */
+	OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, NULL);
+	pthread_once(&bio_once, bio_method_init);
+	pthread_mutex_lock(&ctx_lock);
+	if (ex_index < 0)
+		ex_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+	pthread_mutex_unlock(&ctx_lock);
+}
+
+struct glue_tls_ctx *glue_tls_ctx_get(const struct glue_tls_config *cfg,
+				      bool server, char *why, size_t whylen)
+{
+	struct glue_tls_ctx *x;
+
+	global_init();
+	if (!bio_method || ex_index < 0) {
+		snprintf(why, whylen, "OpenSSL initialisation failed");
+		return NULL;
+	}
+	pthread_mutex_lock(&ctx_lock);
+	for (x = ctx_list; x; x = x->next)
+		if (x->server == server && cfg_eq(&x->cfg, cfg))
+			goto out;
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		snprintf(why, whylen, "out of memory");
+		goto out;
+	}
+	x->cfg = *cfg;
+	x->server = server;
+	if (ctx_setup(x, why, whylen)) {
+		SSL_CTX_free(x->ssl_ctx);
+		OPENSSL_cleanse(x->psk, sizeof(x->psk));
+		free(x);
+		x = NULL;
+		goto out;
+	}
+	/* Kept for the process: listeners and connections share it. */
+	x->next = ctx_list;
+	ctx_list = x;
+out:
+	pthread_mutex_unlock(&ctx_lock);
+	return x;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sessions                                                           */
+/* ------------------------------------------------------------------ */
+
+struct glue_tls *glue_tls_new(struct glue_tls_ctx *ctx, int fd,
+			      const char *peer_addr)
+{
+	struct glue_tls *t = calloc(1, sizeof(*t));
+	const char *name = ctx->cfg.verify_name ? ctx->cfg.verify_name :
+						  peer_addr;
+	BIO *b;
+
+	if (!t)
+		goto err;
+	t->ctx = ctx;
+	t->fd = fd;
+	pthread_mutex_init(&t->lock, NULL);
+	t->events = POLLIN;
+	t->ssl = SSL_new(ctx->ssl_ctx);
+	b = BIO_new(bio_method);
+	if (!t->ssl || !b) {
+		BIO_free(b);
+		goto err_free;
+	}
+	BIO_set_data(b, (void *)(intptr_t)fd);
+	BIO_set_init(b, 1);
+	SSL_set_bio(t->ssl, b, b);
+	SSL_set_ex_data(t->ssl, ex_index, t);
+	if (ctx->server) {
+		SSL_set_accept_state(t->ssl);
+		return t;
+	}
+	SSL_set_connect_state(t->ssl);
+	if (!ctx->cfg.psk_file && name && *name) {
+		/* An address is checked against IP SANs, a name against
+		 * DNS SANs / CN (RFC 6125). */
+		X509_VERIFY_PARAM *vp = SSL_get0_param(t->ssl);
+		unsigned char bin[16];
+		bool ip = inet_pton(AF_INET, name, bin) == 1 ||
+			  inet_pton(AF_INET6, name, bin) == 1;
+
+		if (ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name) != 1 :
+			 SSL_set1_host(t->ssl, name) != 1)
+			goto err_free;
+		if (!ip)
+			SSL_set_tlsext_host_name(t->ssl, name);
+	}
+	return t;
+err_free:
+	SSL_free(t->ssl);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+err:
+	errno = ENOMEM;
+	return NULL;
+}
+
+void glue_tls_free(struct glue_tls *t)
+{
+	if (!t)
+		return;
+	SSL_free(t->ssl);
+	pthread_mutex_destroy(&t->lock);
+	OPENSSL_cleanse(t->stage, sizeof(t->stage));
+	free(t);
+}
+
+short glue_tls_events(const struct glue_tls *t)
+{
+	return t->events;
+}
+
+enum glue_tls_fail glue_tls_failure(const struct glue_tls *t)
+{
+	return t ? t->fail : GLUE_TLS_OK;
+}
+
+/* The failure behind an SSL error, from the verify result and the
+ * reason of the first queued OpenSSL error (a received alert has its own
+ * reason code). */
+static enum glue_tls_fail classify(struct glue_tls *t, bool handshake)
+{
+	unsigned long e = ERR_peek_error();
+	int reason = ERR_GET_REASON(e);
+	long v = t->verify_err;
+
+	if (t->fail != GLUE_TLS_OK)
+		return t->fail;
+	/* What verify_cb saw, not SSL_get_verify_result(): a session made
+	 * for a PSK, or one whose peer sent no certificate, carries
+	 * OpenSSL's initial "unspecified" result, which would blame any
+	 * later failure on a certificate. */
+	if (v != X509_V_OK) {
+		switch (v) {
+		case X509_V_ERR_CERT_HAS_EXPIRED:
+		case X509_V_ERR_CERT_NOT_YET_VALID:
+			return GLUE_TLS_F_EXPIRED;
+		case X509_V_ERR_HOSTNAME_MISMATCH:
+		case X509_V_ERR_IP_ADDRESS_MISMATCH:
+			return GLUE_TLS_F_NAME;
+		default:
+			return GLUE_TLS_F_UNTRUSTED;
+		}
+	}
+	/* Alerts received: the peer's verdict on our certificate. */
+	switch (reason) {
+	case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+		return GLUE_TLS_F_PEER_EXPIRED;
+	case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+	case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+	case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+		return GLUE_TLS_F_PEER_UNTRUSTED;
+	case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+	case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+		return GLUE_TLS_F_NO_CERT;
+	case SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL:
+		return GLUE_TLS_F_ALPN;
+	case SSL_R_TLSV1_ALERT_DECRYPT_ERROR:
+	case SSL_R_BAD_PSK:
+	case SSL_R_BINDER_DOES_NOT_VERIFY:
+	case SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
+		return handshake ? GLUE_TLS_F_PSK : GLUE_TLS_F_ALERT;
+	case SSL_R_DECRYPTION_FAILED_OR_BAD_RECORD_MAC:
+	case SSL_R_DECRYPTION_FAILED:
+		return GLUE_TLS_F_BAD_RECORD;
+	case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+		return handshake ? GLUE_TLS_F_PLAINTEXT : GLUE_TLS_F_TRUNCATED;
+	case SSL_R_NO_SHARED_CIPHER:
+		/* A listener with a PSK only that got a ClientHello
+		 * without its identity. */
+		return t->ctx->cfg.psk_file ? GLUE_TLS_F_PSK :
+					      GLUE_TLS_F_PROTOCOL;
+	default:
+		if (ERR_GET_LIB(e) != ERR_LIB_SSL || reason < 1000)
+			break;
+		/* An alert (SSL_AD_REASON_OFFSET + its code). Against a PSK
+		 * the listener alerts at the binder it cannot verify, or at
+		 * an identity it does not know (OpenSSL's alert differs
+		 * between versions): in PSK mode that is the reason. */
+		if (handshake && t->ctx->cfg.psk_file && !t->ctx->server)
+			return GLUE_TLS_F_PSK;
+		return GLUE_TLS_F_ALERT;
+	}
+	return handshake ? GLUE_TLS_F_PROTOCOL : GLUE_TLS_F_BAD_RECORD;
+}
+
+/* The result of an SSL call that returned r <= 0: -EAGAIN (events set),
+ * 0 for close_notify, or a failure. */
+static long ssl_fail(struct glue_tls *t, int r, bool handshake)
+{
+	int err = SSL_get_error(t->ssl, r);
+	int sys = errno;
+
+	switch (err) {
+	case SSL_ERROR_WANT_READ:
+		t->events = POLLIN;
+		return -EAGAIN;
+	case SSL_ERROR_WANT_WRITE:
+		t->events = POLLOUT;
+		return -EAGAIN;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	case SSL_ERROR_SYSCALL:
+		if (!ERR_peek_error()) {
+			/* The socket itself failed (reset). */
+			if (t->fail == GLUE_TLS_OK)
+				t->fail = handshake ? GLUE_TLS_F_PLAINTEXT :
+						      GLUE_TLS_F_TRUNCATED;
+			ERR_clear_error();
+			return sys == EPIPE || !sys ? -ECONNRESET : -sys;
+		}
+		/* fall through */
+	case SSL_ERROR_SSL:
+	default:
+		t->fail = classify(t, handshake);
+		ERR_clear_error();
+		if (t->fail == GLUE_TLS_F_TRUNCATED ||
+		    t->fail == GLUE_TLS_F_PLAINTEXT)
+			return -ECONNRESET;
+		return handshake ? -EPROTO : -EBADMSG;
+	}
+}
+
+int glue_tls_handshake_step(struct glue_tls *t)
+{
+	const unsigned char *alpn;
+	unsigned int alpn_len;
+	int r;
+
+	ERR_clear_error();
+	r = SSL_do_handshake(t->ssl);
+	if (r <= 0) {
+		long ret = ssl_fail(t, r, true);
+
+		return ret ? (int)ret : -ECONNRESET;
+	}
+	/* RFC 7301: the client must be sure the server chose "iwarp" (a
+	 * server that ignores ALPN selects nothing). */
+	SSL_get0_alpn_selected(t->ssl, &alpn, &alpn_len);
+	if (alpn_len != sizeof(GLUE_TLS_ALPN) - 1 ||
+	    memcmp(alpn, GLUE_TLS_ALPN, alpn_len)) {
+		t->fail = GLUE_TLS_F_ALPN;
+		return -EPROTO;
+	}
+	t->events = POLLIN;
+	return 0;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for t->events on the fd until deadline (-1: none). */
+static int wait_events(struct glue_tls *t, int64_t deadline)
+{
+	struct pollfd pfd = { .fd = t->fd, .events = t->events };
+
+	for (;;) {
+		int tmo = -1, n;
+
+		if (deadline >= 0) {
+			int64_t left = deadline - mono_ms();
+
+			if (left <= 0)
+				return -ETIMEDOUT;
+			tmo = left > 60000 ? 60000 : (int)left;
+		}
+		n = poll(&pfd, 1, tmo);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+int glue_tls_handshake(struct glue_tls *t, int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+
+	for (;;) {
+		int r = glue_tls_handshake_step(t);
+
+		if (r != -EAGAIN)
+			return r;
+		r = wait_events(t, deadline);
+		if (r) {
+			if (r == -ETIMEDOUT)
+				t->fail = GLUE_TLS_F_TIMEOUT;
+			return r;
+		}
+	}
+}
+
+long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
+{
+	size_t n = 0;
+	int r;
+
+	long ret;
+
+	if (!len)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	ERR_clear_error();
+	r = SSL_read_ex(t->ssl, buf, len, &n);
+	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)
+{
+	long total = 0;
+
+	for (int i = 0; i < n; i++) {
+		size_t off = 0;
+
+		while (off < iov[i].iov_len) {
+			long r = glue_tls_read(t, (uint8_t *)iov[i].iov_base +
+					       off, iov[i].iov_len - off);
+
+			if (r <= 0)
+				return total ? total : r;
+			off += (size_t)r;
+			total += r;
+		}
+	}
+	return total;
+}
+
+long glue_tls_write(struct glue_tls *t, const void *buf, size_t len)
+{
+	size_t n = 0;
+	int r;
+
+	long ret;
+
+	if (!len)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	ERR_clear_error();
+	r = SSL_write_ex(t->ssl, buf, len, &n);
+	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
+	pthread_mutex_unlock(&t->lock);
+	return ret ? ret : -ECONNRESET;
+}
+
+/* RFC 8446 4.6.3: KeyUpdate after key_update_bytes; update_not_requested
+ * (the peer rotates its own keys by its own count), sent ahead of the
+ * next record. */
+static void maybe_key_update(struct glue_tls *t, size_t n)
+{
+	uint64_t limit = t->ctx->cfg.key_update_bytes;
+
+	if (!limit)
+		return;
+	t->since_update += n;
+	if (t->since_update < limit)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) == 1)
+		t->updates_sent++;
+	pthread_mutex_unlock(&t->lock);
+	t->since_update = 0;
+}
+
+long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n)
+{
+	long r;
+
+	if (!t->staged) {
+		for (int i = 0; i < n && t->staged < GLUE_TLS_RECORD; i++) {
+			size_t take = iov[i].iov_len;
+
+			if (take > GLUE_TLS_RECORD - t->staged)
+				take = GLUE_TLS_RECORD - t->staged;
+			memcpy(t->stage + t->staged, iov[i].iov_base, take);
+			t->staged += take;
+		}
+		if (!t->staged)
+			return 0;
+	}
+	r = glue_tls_write(t, t->stage, t->staged);
+	if (r < 0)
+		return r;
+	t->staged = 0;
+	maybe_key_update(t, (size_t)r);
+	return r;
+}
+
+bool glue_tls_tx_pending(const struct glue_tls *t)
+{
+	return t->staged > 0;
+}
+
+void glue_tls_close_notify(struct glue_tls *t)
+{
+	if (t->closed || t->staged)
+		return;
+	t->closed = true;
+	pthread_mutex_lock(&t->lock);
+	ERR_clear_error();
+	SSL_shutdown(t->ssl);
+	ERR_clear_error();
+	pthread_mutex_unlock(&t->lock);
+}
+
+const char *glue_tls_describe(const struct glue_tls *t, char *buf,
+			      size_t len)
+{
+	const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
+
+	snprintf(buf, len, "%s %s, %s", SSL_get_version(t->ssl),
+		 c ? SSL_CIPHER_get_name(c) : "?",
+		 t->ctx->cfg.psk_file ? "PSK with ECDHE" : "X.509");
+	return buf;
+}
+
+void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,
+			  unsigned *received)
+{
+	*sent = t->updates_sent;
+	/* OpenSSL does not count them; the receive side is observed by
+	 * the peer's count in the tests. */
+	*received = 0;
+}
+
+void glue_tls_thread_done(void)
+{
+	OPENSSL_thread_stop();
+}
+
+/* ------------------------------------------------------------------ */
+/* The fd registry                                                    */
+/* ------------------------------------------------------------------ */
+
+struct reg {
+	struct reg *next;
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	struct glue_tls *t;
+};
+
+/*
+ * One registry per process. tcp-glue is a static library linked into
+ * both libibverbs.so.1 and librdmacm.so.1 (and into tests), so each has
+ * its own copy of this file; the connection manager attaches a session
+ * in its copy and the engine of libibverbs.so.1 takes it in the other.
+ * libibverbs.so.1 exports its registry as wisp_glue_tls_registry
+ * (WISP_PRIVATE_1); every copy uses that one when it is there (dlsym),
+ * its own otherwise. Sessions made by one copy may be used and freed by
+ * another: the code and the struct layout are the same build's.
+ */
+struct glue_tls_registry {
+	pthread_mutex_t lock;
+	struct reg *list;
+	/* Set at the first attach: until then no lookup takes the lock,
+	 * so the plaintext path pays one load. */
+	_Atomic bool used;
+};
+
+extern struct glue_tls_registry wisp_glue_tls_registry;
+struct glue_tls_registry wisp_glue_tls_registry = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static struct glue_tls_registry *reg_shared;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void reg_init(void)
+{
+	reg_shared = dlsym(RTLD_DEFAULT, "wisp_glue_tls_registry");
+	if (!reg_shared)
+		reg_shared = &wisp_glue_tls_registry;
+}
+
+static struct glue_tls_registry *registry(void)
+{
+	pthread_once(&reg_once, reg_init);
+	return reg_shared;
+}
+
+static bool same_socket(const struct reg *r)
+{
+	struct stat st;
+
+	return !fstat(r->fd, &st) && st.st_dev == r->dev && st.st_ino == r->ino;
+}
+
+/* The entry for fd (the registry's lock held); a stale one (the fd was
+ * closed and its number reused) is freed on the way. */
+static struct reg **reg_find(struct glue_tls_registry *g, int fd)
+{
+	struct reg **pp;
+
+	for (pp = &g->list; *pp; pp = &(*pp)->next) {
+		struct reg *r = *pp;
+
+		if (r->fd != fd)
+			continue;
+		if (same_socket(r))
+			return pp;
+		*pp = r->next;
+		glue_tls_free(r->t);
+		free(r);
+		return NULL;
+	}
+	return NULL;
+}
+
+int glue_tls_attach(int fd, struct glue_tls *t)
+{
+	struct reg *r = calloc(1, sizeof(*r));
+	struct glue_tls_registry *g;
+	struct stat st;
+
+	if (!r)
+		return -ENOMEM;
+	if (fstat(fd, &st)) {
+		free(r);
+		return -errno;
+	}
+	r->fd = fd;
+	r->dev = st.st_dev;
+	r->ino = st.st_ino;
+	r->t = t;
+	g = registry();
+	pthread_mutex_lock(&g->lock);
+	atomic_store(&g->used, true);
+	reg_find(g, fd);           /* frees a stale entry */
+	r->next = g->list;
+	g->list = r;
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+struct glue_tls *glue_tls_of(int fd)
+{
+	struct glue_tls_registry *g = registry();
+	struct glue_tls *t = NULL;
+	struct reg **pp;
+
+	if (!atomic_load(&g->used))
+		return NULL;      /* no TLS in this process: no lock */
+	pthread_mutex_lock(&g->lock);
+	pp = reg_find(g, fd);
+	if (pp)
+		t = (*pp)->t;
+	pthread_mutex_unlock(&g->lock);
+	return t;
+}
+
+struct glue_tls *glue_tls_take(int fd)
+{
+	struct glue_tls_registry *g = registry();
+	struct glue_tls *t = NULL;
+	struct reg **pp;
+
+	if (!atomic_load(&g->used))
+		return NULL;
+	pthread_mutex_lock(&g->lock);
+	pp = reg_find(g, fd);
+	if (pp) {
+		struct reg *r = *pp;
+
+		*pp = r->next;
+		t = r->t;
+		free(r);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return t;
+}
+
+void glue_tls_drop(int fd)
+{
+	glue_tls_free(glue_tls_take(fd));
+}

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tcp-glue's TLS stage alone (tcp-glue/glue_tls.h) over socket pairs:
+ * KeyUpdate counted and the data intact across many updates; a record
+ * altered on the way fails with -EBADMSG and leaves the destination
+ * untouched; ALPN other than "iwarp" fails on either side; the fd
+ * registry's stale-entry rule.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <openssl/ssl.h>
+
+#include "glue_tls.h"
+
+static char dir[512], psk[600], cert[600], key[600], ca[600];
+
+static void setup(void)
+{
+	char cmd[1100];
+
+	/* The plain OpenSSL peers write to sockets the other end closed. */
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(dir, sizeof(dir), "%s", WISP_TLS_CERT_DIR);
+	snprintf(cmd, sizeof(cmd), "%s %s", WISP_TLS_MAKE_CERTS, dir);
+	cr_assert_eq(system(cmd), 0);
+	snprintf(psk, sizeof(psk), "%s/psk", dir);
+	snprintf(cert, sizeof(cert), "%s/server.pem", dir);
+	snprintf(key, sizeof(key), "%s/server.key", dir);
+	snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+}
+
+struct hs {
+	struct glue_tls *t;
+	int ret;
+};
+
+static void *hs_main(void *arg)
+{
+	struct hs *h = arg;
+
+	h->ret = glue_tls_handshake(h->t, 2000);
+	return NULL;
+}
+
+/* A PSK session pair over a fresh socket pair (sv[0] client). */
+static void psk_pair(uint64_t ku, int sv[2], struct glue_tls **c,
+		     struct glue_tls **s)
+{
+	struct glue_tls_config cfg = {
+		.mode = GLUE_TLS_REQUIRED, .psk_file = psk,
+		.psk_identity = "unit", .key_update_bytes = ku,
+	};
+	char why[256];
+	struct glue_tls_ctx *cx = glue_tls_ctx_get(&cfg, false, why, 256);
+	struct glue_tls_ctx *sx = glue_tls_ctx_get(&cfg, true, why, 256);
+	struct hs h;
+	pthread_t th;
+
+	cr_assert(cx && sx, "%s", why);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	*c = glue_tls_new(cx, sv[0], NULL);
+	*s = glue_tls_new(sx, sv[1], NULL);
+	cr_assert(*c && *s);
+	h.t = *s;
+	cr_assert_eq(pthread_create(&th, NULL, hs_main, &h), 0);
+	cr_assert_eq(glue_tls_handshake(*c, 2000), 0, "client: %s",
+		     glue_tls_fail_str(glue_tls_failure(*c)));
+	pthread_join(th, NULL);
+	cr_assert_eq(h.ret, 0);
+}
+
+struct rd {
+	struct glue_tls *t;
+	int fd;
+	size_t total;
+	uint8_t *buf;
+};
+
+static void *reader(void *arg)
+{
+	struct rd *r = arg;
+	size_t got = 0;
+
+	while (got < r->total) {
+		long n = glue_tls_read(r->t, r->buf + got, r->total - got);
+
+		if (n == -EAGAIN) {
+			struct pollfd p = { .fd = r->fd, .events = POLLIN };
+
+			poll(&p, 1, 1000);
+			continue;
+		}
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	r->total = got;
+	return NULL;
+}
+
+Test(glue_tls, key_update_every_64k, .init = setup, .timeout = 60)
+{
+	const size_t total = 8 << 20;
+	uint8_t *src = malloc(total);
+	struct glue_tls *c, *s;
+	struct rd r;
+	pthread_t th;
+	unsigned sent, rcvd;
+	size_t off = 0;
+	int sv[2];
+
+	cr_assert_not_null(src);
+	for (size_t i = 0; i < total; i++)
+		src[i] = (uint8_t)(i * 31 + i / 4099);
+	psk_pair(65536, sv, &c, &s);
+	r = (struct rd){ .t = s, .fd = sv[1], .total = total,
+			 .buf = calloc(1, total) };
+	cr_assert_eq(pthread_create(&th, NULL, reader, &r), 0);
+	while (off < total) {
+		/* FPDU-like pieces, so records straddle them. */
+		struct iovec iov[3] = {
+			{ src + off, 18 }, { src + off + 18, 4000 },
+			{ src + off + 4018, 78 },
+		};
+		long n;
+
+		if (total - off < 4096) {
+			iov[0].iov_len = total - off;
+			n = glue_tls_tx(c, iov, 1);
+		} else {
+			n = glue_tls_tx(c, iov, 3);
+		}
+		if (n == -EAGAIN) {
+			struct pollfd p = { .fd = sv[0], .events = POLLOUT };
+
+			poll(&p, 1, 1000);
+			continue;
+		}
+		cr_assert_gt(n, 0);
+		off += (size_t)n;
+	}
+	pthread_join(th, NULL);
+	cr_assert_eq(r.total, total);
+	cr_assert_eq(memcmp(src, r.buf, total), 0, "data intact");
+	glue_tls_key_updates(c, &sent, &rcvd);
+	cr_assert_geq(sent, 120, "KeyUpdates sent: %u", sent);
+	cr_log_info("%u KeyUpdates over 8 MiB, data intact", sent);
+	glue_tls_free(c);
+	glue_tls_free(s);
+	close(sv[0]);
+	close(sv[1]);
+	free(src);
+	free(r.buf);
+}
+
+Test(glue_tls, tampered_record_is_not_delivered, .init = setup)
+{
+	struct glue_tls *c, *s;
+	uint8_t rec[256], dst[64];
+	int sv[2], raw[2];
+	ssize_t n;
+	long r;
+
+	psk_pair(0, sv, &c, &s);
+	cr_assert_eq(glue_tls_write(c, "sixty-four octets of payload that must not arrive altered......",
+				    64), 64);
+	n = recv(sv[1], rec, sizeof(rec), 0);
+	cr_assert_gt(n, 64, "one record: header, 64 + 1 octets, tag");
+	rec[20] ^= 0x01;
+	/* Hand the altered record to the server through a new pair. */
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, raw), 0);
+	cr_assert_eq(write(raw[0], rec, (size_t)n), n);
+	cr_assert_eq(dup2(raw[1], sv[1]), sv[1]);
+	memset(dst, 0xee, sizeof(dst));
+	r = glue_tls_read(s, dst, sizeof(dst));
+	cr_assert_eq(r, -EBADMSG, "got %ld", r);
+	cr_assert_eq(glue_tls_failure(s), GLUE_TLS_F_BAD_RECORD, "%s",
+		     glue_tls_fail_str(glue_tls_failure(s)));
+	for (size_t i = 0; i < sizeof(dst); i++)
+		cr_assert_eq(dst[i], 0xee, "octet %zu written", i);
+	glue_tls_free(c);
+	glue_tls_free(s);
+}
+
+/* A plain OpenSSL peer whose ALPN is not "iwarp". */
+struct other {
+	int fd;
+	bool server;
+	const char *alpn;          /* client: offered; server: NULL = none */
+	int ok;
+};
+
+static void *other_main(void *arg)
+{
+	struct other *o = arg;
+	SSL_CTX *x = SSL_CTX_new(o->server ? TLS_server_method() :
+					     TLS_client_method());
+	SSL *ssl;
+
+	SSL_CTX_set_min_proto_version(x, TLS1_3_VERSION);
+	if (o->server) {
+		SSL_CTX_use_certificate_chain_file(x, cert);
+		SSL_CTX_use_PrivateKey_file(x, key, SSL_FILETYPE_PEM);
+	} else {
+		SSL_CTX_set_alpn_protos(x, (const unsigned char *)o->alpn,
+					(unsigned)strlen(o->alpn));
+	}
+	ssl = SSL_new(x);
+	SSL_set_fd(ssl, o->fd);
+	o->ok = o->server ? SSL_accept(ssl) : SSL_connect(ssl);
+	if (o->ok == 1)
+		SSL_read(ssl, (char[1]){ 0 }, 1);   /* wait for the alert */
+	SSL_free(ssl);
+	SSL_CTX_free(x);
+	return NULL;
+}
+
+Test(glue_tls, alpn_mismatch_fails_both_ways, .init = setup)
+{
+	struct glue_tls_config scfg = { .mode = GLUE_TLS_REQUIRED,
+					.cert = cert, .key = key };
+	struct glue_tls_config ccfg = { .mode = GLUE_TLS_REQUIRED, .ca = ca };
+	char why[256];
+	struct glue_tls_ctx *sx = glue_tls_ctx_get(&scfg, true, why, 256);
+	struct glue_tls_ctx *cx = glue_tls_ctx_get(&ccfg, false, why, 256);
+	struct other o;
+	struct glue_tls *t;
+	pthread_t th;
+	int sv[2];
+
+	cr_assert(sx && cx, "%s", why);
+	/* A client offering "\x02h2" only: the wisp listener refuses. */
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	o = (struct other){ .fd = sv[0], .server = false, .alpn = "\x02h2" };
+	cr_assert_eq(pthread_create(&th, NULL, other_main, &o), 0);
+	t = glue_tls_new(sx, sv[1], NULL);
+	cr_assert_lt(glue_tls_handshake(t, 2000), 0);
+	cr_assert_eq(glue_tls_failure(t), GLUE_TLS_F_ALPN);
+	shutdown(sv[1], SHUT_RDWR);
+	pthread_join(th, NULL);
+	glue_tls_free(t);
+	close(sv[0]);
+	close(sv[1]);
+
+	/* A server that selects no protocol: the wisp initiator refuses. */
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	o = (struct other){ .fd = sv[1], .server = true };
+	cr_assert_eq(pthread_create(&th, NULL, other_main, &o), 0);
+	t = glue_tls_new(cx, sv[0], "127.0.0.1");
+	cr_assert_lt(glue_tls_handshake(t, 2000), 0);
+	cr_assert_eq(glue_tls_failure(t), GLUE_TLS_F_ALPN, "%s",
+		     glue_tls_fail_str(glue_tls_failure(t)));
+	shutdown(sv[0], SHUT_RDWR);
+	pthread_join(th, NULL);
+	glue_tls_free(t);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+Test(glue_tls, registry_forgets_a_closed_socket, .init = setup)
+{
+	struct glue_tls *c, *s;
+	int sv[2], fd, again[2];
+
+	psk_pair(0, sv, &c, &s);
+	fd = sv[0];
+	cr_assert_eq(glue_tls_attach(fd, c), 0);
+	cr_assert_eq(glue_tls_of(fd), c);
+	/* The number now names another socket (as after close and a new
+	 * socket): no session there, and the stale one is freed. */
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, again), 0);
+	cr_assert_eq(dup2(again[0], fd), fd);
+	cr_assert_null(glue_tls_of(fd));
+	close(fd);
+	glue_tls_free(s);
+	close(sv[1]);
+	close(again[0]);
+	close(again[1]);
+}
