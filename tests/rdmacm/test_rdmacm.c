@@ -1393,3 +1393,44 @@ Test(rdmacm, client_server_responder_waits_for_client_rev1)
 {
 	responder_waits_for_client(1);
 }
+
+Test(rdmacm, destroy_qp_while_connecting)
+{
+	/* ucmatose and others tear every connection down as soon as one
+	 * fails, while the others are still connecting. The QP destroyed
+	 * while the id waits for the MPA Reply is never attached to: the
+	 * connection fails with CONNECT_ERROR instead of using freed
+	 * memory, and the passive side learns of the close. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param p = { .responder_resources = 1,
+				     .initiator_depth = 1 };
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l, *cl, *sv;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &p), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	/* The Request is here, so the active side is reading the Reply. */
+	rdma_destroy_qp(cl);
+	cr_assert_null(cl->qp);
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, &p), 0, "accept: %s", strerror(errno));
+	ev = expect_event(cch, RDMA_CM_EVENT_CONNECT_ERROR, WAIT_MS);
+	cr_expect_eq(ev->status, -ECANCELED);
+	rdma_ack_cm_event(ev);
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(sv);
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}

@@ -180,6 +180,12 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 	if (!id || !id->qp)
 		return;
 	pthread_mutex_lock(&wcm.lock);
+	/* An active id's connect thread hands the socket to the QP in
+	 * ATTACHING, without the lock for a few milliseconds: wait for
+	 * that, as the kernel's CM holds a reference on the QP while it
+	 * connects. Before ATTACHING the thread takes the QP afresh. */
+	while (to_wid(id)->state == WCM_ATTACHING)
+		pthread_cond_wait(&wcm.cond, &wcm.lock);
 	qp = id->qp;
 	id->qp = NULL;
 	pthread_mutex_unlock(&wcm.lock);
