@@ -1434,3 +1434,100 @@ Test(rdmacm, destroy_qp_while_connecting)
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 }
+
+#define MANY 200
+
+/* The next event of either channel within WAIT_MS. */
+static struct rdma_cm_event *next_of_two(struct rdma_event_channel *a,
+					 struct rdma_event_channel *b,
+					 bool *from_a)
+{
+	struct pollfd p[2] = {
+		{ .fd = a->fd, .events = POLLIN },
+		{ .fd = b->fd, .events = POLLIN },
+	};
+	struct rdma_cm_event *ev;
+
+	cr_assert_gt(poll(p, 2, WAIT_MS), 0, "no event within %d ms",
+		     WAIT_MS);
+	*from_a = p[0].revents != 0;
+	cr_assert_eq(rdma_get_cm_event(*from_a ? a : b, &ev), 0);
+	return ev;
+}
+
+Test(rdmacm, many_simultaneous_connections_all_disconnected,
+     .timeout = 120)
+{
+	/* A server accepts MANY connections that one client host opens at
+	 * once, and then waits for the client to disconnect every one:
+	 * each connection is accepted (none refused while its Request
+	 * is already on its way) and each DISCONNECTED reaches the
+	 * server. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param p = { .responder_resources = 1,
+				     .initiator_depth = 1 };
+	static struct rdma_cm_id *cl[MANY], *sv[MANY];
+	int s_est = 0, c_est = 0, s_disc = 0, c_disc = 0, nsv = 0;
+	struct rdma_cm_id *l;
+	uint16_t port;
+
+	struct sockaddr_storage ss;
+
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_eq(rdma_listen(l, MANY), 0);
+	port = ntohs(rdma_get_src_port(l));
+	for (int i = 0; i < MANY; i++) {
+		cl[i] = resolved(cch, AF_INET, port);
+		make_qp(cl[i]);
+	}
+	for (int i = 0; i < MANY; i++)
+		cr_assert_eq(rdma_connect(cl[i], &p), 0);
+	while (s_est < MANY || c_est < MANY) {
+		bool srv;
+		struct rdma_cm_event *ev = next_of_two(sch, cch, &srv);
+		enum rdma_cm_event_type t = ev->event;
+		struct rdma_cm_id *id = ev->id;
+
+		cr_assert(t == RDMA_CM_EVENT_CONNECT_REQUEST ||
+			  t == RDMA_CM_EVENT_ESTABLISHED,
+			  "%s side: %s (status %d) with %d/%d established",
+			  srv ? "server" : "client", rdma_event_str(t),
+			  ev->status, srv ? s_est : c_est, MANY);
+		rdma_ack_cm_event(ev);
+		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			sv[nsv++] = id;
+			make_qp(id);
+			cr_assert_eq(rdma_accept(id, &p), 0);
+		} else if (srv) {
+			s_est++;
+		} else {
+			c_est++;
+		}
+	}
+	for (int i = 0; i < MANY; i++)
+		cr_assert_eq(rdma_disconnect(cl[i]), 0);
+	while (s_disc < MANY || c_disc < MANY) {
+		bool srv;
+		struct rdma_cm_event *ev = next_of_two(sch, cch, &srv);
+
+		cr_assert_eq(ev->event, RDMA_CM_EVENT_DISCONNECTED,
+			     "%s", rdma_event_str(ev->event));
+		rdma_ack_cm_event(ev);
+		if (srv)
+			s_disc++;
+		else
+			c_disc++;
+	}
+	for (int i = 0; i < MANY; i++) {
+		rdma_destroy_qp(cl[i]);
+		rdma_destroy_id(cl[i]);
+		rdma_destroy_qp(sv[i]);
+		rdma_destroy_id(sv[i]);
+	}
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
