@@ -307,3 +307,34 @@ Test(verbs_objects, query_qp_after_init)
 	cr_expect_eq(ibv_destroy_qp(qp), 0);
 	cr_expect_eq(ibv_destroy_cq(cq), 0);
 }
+
+/* IB-style programs (rdma-core's Python tests, ibv_rc_pingpong) walk an
+ * unconnected QP to RTR and RTS by hand. An iWARP QP reaches RTS only
+ * with its connection: siw refuses RTS without a socket with EINVAL, and
+ * so does wisp, instead of accepting WRs that never complete. */
+Test(verbs_objects, rts_without_connection_refused)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	struct ibv_qp *qp;
+
+	cr_assert_not_null(cq);
+	qp = ibv_create_qp(pd, &ia);
+	cr_assert_not_null(qp);
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTR;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTS;
+	cr_expect_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), EINVAL);
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_RTR);
+	cr_expect_eq(ibv_destroy_qp(qp), 0);
+	cr_expect_eq(ibv_destroy_cq(cq), 0);
+}

@@ -459,6 +459,12 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		return EINVAL;
 	if ((mask & IBV_QP_ACCESS_FLAGS) && !access_ok(cur, to))
 		return EINVAL;
+	/* An iWARP QP enters RTS with its connection (rdma_cm, or
+	 * wisp_qp_connect_fd): RTS without a stream is refused, as siw
+	 * refuses it without a socket ("no socket", EINVAL), rather than
+	 * left to take WRs that could never go anywhere. */
+	if ((mask & IBV_QP_STATE) && to == IBV_QPS_RTS && !qp->stream.conn)
+		return EINVAL;
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
 		if (attr->max_rd_atomic > WISP_MAX_ORD)
 			return EINVAL;
