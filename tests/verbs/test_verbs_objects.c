@@ -293,8 +293,10 @@ Test(verbs_objects, query_qp_after_init)
 	cr_assert_not_null(cq);
 	qp = ibv_create_qp(pd, &ia);
 	cr_assert_not_null(qp, "create_qp: %s", strerror(errno));
+	/* siw reports its idle QP as INIT from creation on; so does
+	 * wisp, and rdma-core's tests expect it of an RNIC. */
 	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
-	cr_expect_eq(q.qp_state, IBV_QPS_RESET);
+	cr_expect_eq(q.qp_state, IBV_QPS_INIT);
 	cr_assert_eq(ibv_modify_qp(qp, &a, mask), 0);
 	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS,
 				  &qi), 0);
@@ -304,6 +306,10 @@ Test(verbs_objects, query_qp_after_init)
 	cr_assert_eq(ibv_modify_qp(qp, &a, mask), 0);
 	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
 	cr_expect_eq(q.qp_state, IBV_QPS_INIT);
+	a.qp_state = IBV_QPS_RESET;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_INIT, "RESET is idle, as siw's");
 	cr_expect_eq(ibv_destroy_qp(qp), 0);
 	cr_expect_eq(ibv_destroy_cq(cq), 0);
 }
@@ -337,4 +343,21 @@ Test(verbs_objects, rts_without_connection_refused)
 	cr_expect_eq(q.qp_state, IBV_QPS_RTR);
 	cr_expect_eq(ibv_destroy_qp(qp), 0);
 	cr_expect_eq(ibv_destroy_cq(cq), 0);
+}
+
+/* A completion vector the device does not have: EINVAL from both
+ * ibv_create_cq and ibv_create_cq_ex (rdma-core's test_cqex). */
+Test(verbs_objects, cq_ex_bad_vector_is_einval)
+{
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = 8, .comp_vector = (uint32_t)ctx->num_comp_vectors + 1,
+	};
+
+	errno = 0;
+	cr_expect_null(ibv_create_cq_ex(ctx, &ca));
+	cr_expect_eq(errno, EINVAL);
+	errno = 0;
+	cr_expect_null(ibv_create_cq(ctx, 8, NULL, NULL,
+				     ctx->num_comp_vectors + 1));
+	cr_expect_eq(errno, EINVAL);
 }

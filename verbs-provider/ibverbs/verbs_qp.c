@@ -522,7 +522,12 @@ int wisp_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 		return EINVAL;
 	qp = to_wqp(ibqp);
 	memset(attr, 0, sizeof(*attr));
+	/* An iWARP QP has no RESET apart from its idle state, which siw
+	 * reports as INIT from creation on (and after a move to RESET);
+	 * rdma-core's tests expect INIT of a new QP on an RNIC. */
 	attr->qp_state = wisp_qp_state(qp);
+	if (attr->qp_state == IBV_QPS_RESET)
+		attr->qp_state = IBV_QPS_INIT;
 	attr->cur_qp_state = attr->qp_state;
 	attr->path_mtu = IBV_MTU_1024;
 	attr->qp_access_flags = qp->access_flags;
