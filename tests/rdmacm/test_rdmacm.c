@@ -1531,3 +1531,44 @@ Test(rdmacm, many_simultaneous_connections_all_disconnected,
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 }
+
+Test(rdmacm, init_qp_attr_walk_before_connect)
+{
+	/* rping -q walks its own QP through rdma_init_qp_attr's INIT, RTR
+	 * and RTS before rdma_accept / rdma_connect. As from the kernel's
+	 * iWARP CM, RTR and RTS name no state change (the connection moves
+	 * the QP to RTS), so every step succeeds on the unconnected QP. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	static const enum ibv_qp_state walk[] = {
+		IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
+	};
+	struct ibv_qp_init_attr ia = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct rdma_cm_id *id = resolved(ch, AF_INET, 9);
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	struct ibv_qp *qp;
+
+	cr_assert_not_null(cq);
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	qp = ibv_create_qp(id->pd, &ia);
+	cr_assert_not_null(qp);
+	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
+		struct ibv_qp_attr a = { .qp_state = walk[i] };
+		int mask = 0;
+
+		cr_assert_eq(rdma_init_qp_attr(id, &a, &mask), 0);
+		if (walk[i] != IBV_QPS_INIT)
+			cr_expect_eq(mask & IBV_QP_STATE, 0,
+				     "no state change for %d", walk[i]);
+		cr_expect_eq(ibv_modify_qp(qp, &a, mask), 0, "step %d: %s",
+			     walk[i], strerror(errno));
+	}
+	cr_expect_eq(ibv_destroy_qp(qp), 0);
+	cr_expect_eq(ibv_destroy_cq(cq), 0);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
