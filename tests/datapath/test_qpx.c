@@ -354,3 +354,35 @@ Test(qpx, extended_cq_polling)
 	cr_expect_eq(ibv_destroy_qp(qp), 0);
 	cr_expect_eq(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
 }
+
+/* rping -q walks its QP through INIT, RTR and RTS after the connection
+ * moved it to RTS: the moves change nothing, and the QP still posts. */
+Test(qpx, init_on_connected_qp_keeps_rts)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	uint8_t *buf;
+	struct ibv_mr *mr = dp_mr(p.a.pd, 64, DP_ALL_ACCESS, &buf);
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64,
+			       .lkey = mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = 71, .sg_list = &sge, .num_sge = 1,
+		.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { .remote_addr = (uintptr_t)buf, .rkey = mr->rkey },
+	}, *bad;
+	struct ibv_wc wc;
+
+	cr_assert_eq(ibv_modify_qp(p.a.qp, &a,
+				   IBV_QP_STATE | IBV_QP_ACCESS_FLAGS), 0);
+	cr_expect_eq(p.a.qp->state, IBV_QPS_RTS);
+	cr_assert_eq(ibv_query_qp(p.a.qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_RTS);
+	cr_assert_eq(ibv_post_send(p.a.qp, &wr, &bad), 0);
+	wc = dp_wait1(p.a.scq);
+	cr_expect_eq(wc.wr_id, 71);
+	cr_expect_eq(wc.status, IBV_WC_SUCCESS);
+	ibv_dereg_mr(mr);
+	free(buf);
+}
