@@ -52,6 +52,7 @@ struct dp_opts {
 	bool share_ctx;           /* b uses a's context */
 	struct ibv_srq *srq_b;    /* b's QP uses this SRQ */
 	struct ibv_pd *pd_b;      /* and this PD */
+	uint64_t send_ops;        /* !0: ibv_create_qp_ex with these */
 };
 
 static inline struct ibv_context *dp_open(void)
@@ -92,7 +93,19 @@ static inline void dp_side_init(struct dp_side *s, struct ibv_context *ctx,
 	ia.cap.max_send_sge = 6;
 	ia.cap.max_recv_sge = 6;
 	ia.cap.max_inline_data = 64;
-	s->qp = ibv_create_qp(s->pd, &ia);
+	if (o->send_ops) {
+		struct ibv_qp_init_attr_ex ix = {
+			.send_cq = ia.send_cq, .recv_cq = ia.recv_cq,
+			.srq = ia.srq, .cap = ia.cap, .qp_type = ia.qp_type,
+			.comp_mask = IBV_QP_INIT_ATTR_PD |
+				     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.pd = s->pd, .send_ops_flags = o->send_ops,
+		};
+
+		s->qp = ibv_create_qp_ex(ctx, &ix);
+	} else {
+		s->qp = ibv_create_qp(s->pd, &ia);
+	}
 	cr_assert_not_null(s->qp, "create_qp: %s", strerror(errno));
 	s->srq = srq;
 	qa.qp_state = IBV_QPS_INIT;

@@ -1438,3 +1438,182 @@ Test(rdmacm, client_server_responder_waits_for_client_rev1)
 {
 	responder_waits_for_client(1);
 }
+
+Test(rdmacm, destroy_qp_while_connecting)
+{
+	/* ucmatose and others tear every connection down as soon as one
+	 * fails, while the others are still connecting. The QP destroyed
+	 * while the id waits for the MPA Reply is never attached to: the
+	 * connection fails with CONNECT_ERROR instead of using freed
+	 * memory, and the passive side learns of the close. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param p = { .responder_resources = 1,
+				     .initiator_depth = 1 };
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l, *cl, *sv;
+	uint16_t port;
+
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &p), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	/* The Request is here, so the active side is reading the Reply. */
+	rdma_destroy_qp(cl);
+	cr_assert_null(cl->qp);
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, &p), 0, "accept: %s", strerror(errno));
+	ev = expect_event(cch, RDMA_CM_EVENT_CONNECT_ERROR, WAIT_MS);
+	cr_expect_eq(ev->status, -ECANCELED);
+	rdma_ack_cm_event(ev);
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(sv);
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+#define MANY 200
+
+/* The next event of either channel within WAIT_MS. */
+static struct rdma_cm_event *next_of_two(struct rdma_event_channel *a,
+					 struct rdma_event_channel *b,
+					 bool *from_a)
+{
+	struct pollfd p[2] = {
+		{ .fd = a->fd, .events = POLLIN },
+		{ .fd = b->fd, .events = POLLIN },
+	};
+	struct rdma_cm_event *ev;
+
+	cr_assert_gt(poll(p, 2, WAIT_MS), 0, "no event within %d ms",
+		     WAIT_MS);
+	*from_a = p[0].revents != 0;
+	cr_assert_eq(rdma_get_cm_event(*from_a ? a : b, &ev), 0);
+	return ev;
+}
+
+Test(rdmacm, many_simultaneous_connections_all_disconnected,
+     .timeout = 120)
+{
+	/* A server accepts MANY connections that one client host opens at
+	 * once, and then waits for the client to disconnect every one:
+	 * each connection is accepted (none refused while its Request
+	 * is already on its way) and each DISCONNECTED reaches the
+	 * server. */
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_conn_param p = { .responder_resources = 1,
+				     .initiator_depth = 1 };
+	static struct rdma_cm_id *cl[MANY], *sv[MANY];
+	int s_est = 0, c_est = 0, s_disc = 0, c_disc = 0, nsv = 0;
+	struct rdma_cm_id *l;
+	uint16_t port;
+
+	struct sockaddr_storage ss;
+
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_eq(rdma_listen(l, MANY), 0);
+	port = ntohs(rdma_get_src_port(l));
+	for (int i = 0; i < MANY; i++) {
+		cl[i] = resolved(cch, AF_INET, port);
+		make_qp(cl[i]);
+	}
+	for (int i = 0; i < MANY; i++)
+		cr_assert_eq(rdma_connect(cl[i], &p), 0);
+	while (s_est < MANY || c_est < MANY) {
+		bool srv;
+		struct rdma_cm_event *ev = next_of_two(sch, cch, &srv);
+		enum rdma_cm_event_type t = ev->event;
+		struct rdma_cm_id *id = ev->id;
+
+		cr_assert(t == RDMA_CM_EVENT_CONNECT_REQUEST ||
+			  t == RDMA_CM_EVENT_ESTABLISHED,
+			  "%s side: %s (status %d) with %d/%d established",
+			  srv ? "server" : "client", rdma_event_str(t),
+			  ev->status, srv ? s_est : c_est, MANY);
+		rdma_ack_cm_event(ev);
+		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			sv[nsv++] = id;
+			make_qp(id);
+			cr_assert_eq(rdma_accept(id, &p), 0);
+		} else if (srv) {
+			s_est++;
+		} else {
+			c_est++;
+		}
+	}
+	for (int i = 0; i < MANY; i++)
+		cr_assert_eq(rdma_disconnect(cl[i]), 0);
+	while (s_disc < MANY || c_disc < MANY) {
+		bool srv;
+		struct rdma_cm_event *ev = next_of_two(sch, cch, &srv);
+
+		cr_assert_eq(ev->event, RDMA_CM_EVENT_DISCONNECTED,
+			     "%s", rdma_event_str(ev->event));
+		rdma_ack_cm_event(ev);
+		if (srv)
+			s_disc++;
+		else
+			c_disc++;
+	}
+	for (int i = 0; i < MANY; i++) {
+		rdma_destroy_qp(cl[i]);
+		rdma_destroy_id(cl[i]);
+		rdma_destroy_qp(sv[i]);
+		rdma_destroy_id(sv[i]);
+	}
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, init_qp_attr_walk_before_connect)
+{
+	/* rping -q walks its own QP through rdma_init_qp_attr's INIT, RTR
+	 * and RTS before rdma_accept / rdma_connect. As from the kernel's
+	 * iWARP CM, RTR and RTS name no state change (the connection moves
+	 * the QP to RTS), so every step succeeds on the unconnected QP. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	static const enum ibv_qp_state walk[] = {
+		IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
+	};
+	struct ibv_qp_init_attr ia = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct rdma_cm_id *id = resolved(ch, AF_INET, 9);
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	struct ibv_qp *qp;
+
+	cr_assert_not_null(cq);
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	qp = ibv_create_qp(id->pd, &ia);
+	cr_assert_not_null(qp);
+	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
+		struct ibv_qp_attr a = { .qp_state = walk[i] };
+		int mask = 0;
+
+		cr_assert_eq(rdma_init_qp_attr(id, &a, &mask), 0);
+		if (walk[i] != IBV_QPS_INIT)
+			cr_expect_eq(mask & IBV_QP_STATE, 0,
+				     "no state change for %d", walk[i]);
+		cr_expect_eq(ibv_modify_qp(qp, &a, mask), 0, "step %d: %s",
+			     walk[i], strerror(errno));
+	}
+	cr_expect_eq(ibv_destroy_qp(qp), 0);
+	cr_expect_eq(ibv_destroy_cq(cq), 0);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}

@@ -341,25 +341,37 @@ Test(verbs_device, query_port_exported)
 
 /* ---- GIDs ---------------------------------------------------------------- */
 
+/*
+ * GID 0 is the IPv6 link-local form of the first interface's MAC,
+ * fe80::<EUI-64> (RFC 4291 section 2.5.6 and appendix A). siw puts the
+ * bare MAC in the first 6 octets, which leaves the interface identifier
+ * zero: ibv_devinfo and rdma-core's Python tests take such a GID for an
+ * empty slot and find none. The node GUID is the same EUI-64.
+ */
 Test(verbs_device, gid0_from_host_interfaces)
 {
-	static const uint8_t zero[10];
+	static const uint8_t prefix[8] = { 0xfe, 0x80 };
 	union ibv_gid gid;
 	uint8_t mac[6];
 	unsigned int ifindex = 0;
 	struct ibv_gid_entry e;
+	__be64 guid = ibv_get_device_guid(dev_list[0]);
 
 	cr_assert_eq(ibv_query_gid(ctx, 1, 0, &gid), 0);
-	cr_assert_arr_eq(gid.raw + 6, zero, 10, "the MAC, zero-padded");
+	cr_assert_arr_eq(gid.raw, prefix, 8, "link-local prefix");
+	cr_assert_arr_eq(gid.raw + 8, &guid, 8, "the node GUID's EUI-64");
 	cr_assert_eq(ibv_query_gid_ex(ctx, 1, 0, &e, 0), 0);
 	cr_assert_arr_eq(e.gid.raw, gid.raw, 16);
 	if (host_first_mac(mac, &ifindex)) {
-		cr_assert_arr_eq(gid.raw, mac, 6);
+		const uint8_t eui[8] = { mac[0] ^ 0x02, mac[1], mac[2], 0xff,
+					 0xfe, mac[3], mac[4], mac[5] };
+
+		cr_assert_arr_eq(gid.raw + 8, eui, 8);
 		cr_assert_eq(e.ndev_ifindex, ifindex);
 	} else {
 		cr_log_info("no interface with a MAC: host-name GID");
-		cr_assert_eq(gid.raw[0] & 0x03, 0x02,
-			     "locally administered unicast");
+		cr_assert_eq(gid.raw[8] & 0x03, 0x00,
+			     "a locally administered MAC, bit inverted");
 		cr_assert_eq(e.ndev_ifindex, 0);
 	}
 }

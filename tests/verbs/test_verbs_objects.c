@@ -203,3 +203,161 @@ Test(verbs_objects, destroy_srq_in_use_is_busy)
 	cr_assert_eq(ibv_destroy_srq(srq), 0, "no QP uses it any more");
 	cr_assert_eq(ibv_destroy_cq(cq), 0);
 }
+
+/*
+ * Access flags that programs pass without checking the device first
+ * (perftest and qperf ask for remote atomic access on every MR, newer
+ * programs for relaxed ordering, MW binding, huge pages). Linux's uverbs
+ * layer lets all of these through to the provider, and siw keeps only
+ * the three iWARP rights of what it is given: registration succeeds.
+ */
+Test(verbs_objects, reg_mr_common_access_flags)
+{
+	static char buf[8192];
+	const unsigned int lw = IBV_ACCESS_LOCAL_WRITE;
+	const unsigned int ok[] = {
+		0,
+		IBV_ACCESS_REMOTE_READ,
+		lw | IBV_ACCESS_REMOTE_ATOMIC,
+		lw | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			IBV_ACCESS_REMOTE_ATOMIC,
+		lw | IBV_ACCESS_MW_BIND,
+		lw | IBV_ACCESS_ZERO_BASED,
+		lw | IBV_ACCESS_HUGETLB,
+		lw | IBV_ACCESS_RELAXED_ORDERING,
+		lw | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING |
+			IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND,
+	};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), ok[i]);
+
+		cr_assert_not_null(mr, "access 0x%x: %s", ok[i],
+				   strerror(errno));
+		cr_expect_eq(mr->lkey, mr->rkey);
+		cr_expect_eq(ibv_dereg_mr(mr), 0);
+	}
+}
+
+/*
+ * What uverbs refuses before any provider sees it: remote write or remote
+ * atomic access without local write (EINVAL), on-demand paging on a
+ * device that does not report it (EOPNOTSUPP), and bits no verbs version
+ * defines (EINVAL).
+ */
+Test(verbs_objects, reg_mr_refused_access_flags)
+{
+	static char buf[4096];
+	const struct {
+		unsigned int access;
+		int err;
+	} bad[] = {
+		{ IBV_ACCESS_REMOTE_WRITE, EINVAL },
+		{ IBV_ACCESS_REMOTE_ATOMIC, EINVAL },
+		{ IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_REMOTE_READ, EINVAL },
+		{ IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND, EOPNOTSUPP },
+		{ IBV_ACCESS_LOCAL_WRITE | (1u << 12), EINVAL },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		cr_expect_null(ibv_reg_mr(pd, buf, sizeof(buf), bad[i].access),
+			       "access 0x%x registered", bad[i].access);
+		cr_expect_eq(errno, bad[i].err, "access 0x%x: errno %d",
+			     bad[i].access, errno);
+	}
+}
+
+/* The IBTA RESET -> INIT transition with the attributes every program
+ * passes (pkey index, port, access): ibv_query_qp then says INIT, with
+ * the access flags that were set, and a second INIT -> INIT is fine. */
+Test(verbs_objects, query_qp_after_init)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ,
+	};
+	const int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			 IBV_QP_ACCESS_FLAGS;
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	struct ibv_qp *qp;
+
+	cr_assert_not_null(cq);
+	qp = ibv_create_qp(pd, &ia);
+	cr_assert_not_null(qp, "create_qp: %s", strerror(errno));
+	/* siw reports its idle QP as INIT from creation on; so does
+	 * wisp, and rdma-core's tests expect it of an RNIC. */
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_INIT);
+	cr_assert_eq(ibv_modify_qp(qp, &a, mask), 0);
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS,
+				  &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_INIT);
+	cr_expect_eq(q.qp_access_flags, a.qp_access_flags);
+	cr_expect_eq(qp->state, IBV_QPS_INIT);
+	cr_assert_eq(ibv_modify_qp(qp, &a, mask), 0);
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_INIT);
+	a.qp_state = IBV_QPS_RESET;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_INIT, "RESET is idle, as siw's");
+	cr_expect_eq(ibv_destroy_qp(qp), 0);
+	cr_expect_eq(ibv_destroy_cq(cq), 0);
+}
+
+/* IB-style programs (rdma-core's Python tests, ibv_rc_pingpong) walk an
+ * unconnected QP to RTR and RTS by hand. An iWARP QP reaches RTS only
+ * with its connection: siw refuses RTS without a socket with EINVAL, and
+ * so does wisp, instead of accepting WRs that never complete. */
+Test(verbs_objects, rts_without_connection_refused)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	struct ibv_qp *qp;
+
+	cr_assert_not_null(cq);
+	qp = ibv_create_qp(pd, &ia);
+	cr_assert_not_null(qp);
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTR;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTS;
+	cr_expect_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE), EINVAL);
+	cr_assert_eq(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+	cr_expect_eq(q.qp_state, IBV_QPS_RTR);
+	cr_expect_eq(ibv_destroy_qp(qp), 0);
+	cr_expect_eq(ibv_destroy_cq(cq), 0);
+}
+
+/* A completion vector the device does not have: EINVAL from both
+ * ibv_create_cq and ibv_create_cq_ex (rdma-core's test_cqex). */
+Test(verbs_objects, cq_ex_bad_vector_is_einval)
+{
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = 8, .comp_vector = (uint32_t)ctx->num_comp_vectors + 1,
+	};
+
+	errno = 0;
+	cr_expect_null(ibv_create_cq_ex(ctx, &ca));
+	cr_expect_eq(errno, EINVAL);
+	errno = 0;
+	cr_expect_null(ibv_create_cq(ctx, 8, NULL, NULL,
+				     ctx->num_comp_vectors + 1));
+	cr_expect_eq(errno, EINVAL);
+}

@@ -520,10 +520,15 @@ struct ibv_cq_ex *wisp_create_cq_ex(struct ibv_context *ctx,
 		errno = EINVAL;
 		return NULL;
 	}
+	/* A vector the device does not have is a bad argument, as with
+	 * ibv_create_cq (the kernel's EINVAL). */
+	if (attr->comp_vector >= (uint32_t)ctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
 	/* Time stamps, flow tags and parent domains are not offered. */
 	if ((attr->wc_flags & ~(uint64_t)CQX_SUPPORTED) ||
-	    (attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
-	    attr->comp_vector >= (uint32_t)ctx->num_comp_vectors) {
+	    (attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}

@@ -3,10 +3,18 @@
  * verbs_gid.c - wisp0's GID table, derived from the host's interfaces.
  *
  * siw binds one device to one netdev and reports that netdev's MAC,
- * zero-padded to 16 octets, as its only GID. wisp0 runs over every
- * interface the host routes through, so it reports one such GID per
- * interface that has a MAC, ordered by ifindex; GID 0 (the first such
- * interface) also gives the node GUID.
+ * zero-padded to 16 octets, as its only GID. That leaves the interface
+ * identifier (octets 8-15) zero, and rdma-core's ibv_devinfo and Python
+ * tests skip such a GID as an empty slot: a program looking for a GID
+ * finds none. wisp0 gives each interface the IPv6 link-local form of its
+ * MAC instead, fe80::<modified EUI-64> (RFC 4291 section 2.5.6 and
+ * appendix A), the address the kernel itself derives from that MAC: still
+ * derived from the interface, one-to-one with the MAC, and never null.
+ * iWARP puts no GID on the wire, so peers are unaffected.
+ *
+ * wisp0 runs over every interface the host routes through, so it reports
+ * one such GID per interface that has a MAC, ordered by ifindex; GID 0
+ * (the first such interface) also gives the node GUID, its EUI-64.
  */
 #include "verbs_abi.h"
 #include "wisp_verbs.h"
@@ -29,6 +37,23 @@ static bool mac_is_zero(const uint8_t *mac)
 	return memcmp(mac, zero, MAC_LEN) == 0;
 }
 
+/* gid = fe80::<modified EUI-64 of mac>: RFC 4291 appendix A inverts the
+ * universal/local bit and puts FF:FE between the OUI and the NIC part. */
+static void gid_from_mac(union ibv_gid *gid, const uint8_t *mac)
+{
+	memset(gid, 0, sizeof(*gid));
+	gid->raw[0] = 0xfe;
+	gid->raw[1] = 0x80;
+	gid->raw[8] = (uint8_t)(mac[0] ^ 0x02u);
+	gid->raw[9] = mac[1];
+	gid->raw[10] = mac[2];
+	gid->raw[11] = 0xff;
+	gid->raw[12] = 0xfe;
+	gid->raw[13] = mac[3];
+	gid->raw[14] = mac[4];
+	gid->raw[15] = mac[5];
+}
+
 static int cmp_ifindex(const void *a, const void *b)
 {
 	const struct wisp_gid *x = a, *y = b;
@@ -47,6 +72,7 @@ static void gid_from_hostname(union ibv_gid *gid)
 {
 	char name[256] = "";
 	uint64_t h = 0xcbf29ce484222325ull;
+	uint8_t mac[MAC_LEN];
 
 	if (gethostname(name, sizeof(name) - 1) != 0)
 		strcpy(name, "localhost");
@@ -54,10 +80,10 @@ static void gid_from_hostname(union ibv_gid *gid)
 		h ^= (uint8_t)*p;
 		h *= 0x100000001b3ull;
 	}
-	memset(gid, 0, sizeof(*gid));
 	for (int i = 0; i < MAC_LEN; i++)
-		gid->raw[i] = (uint8_t)(h >> (8 * i));
-	gid->raw[0] = (uint8_t)((gid->raw[0] & ~0x01u) | 0x02u);
+		mac[i] = (uint8_t)(h >> (8 * i));
+	mac[0] = (uint8_t)((mac[0] & ~0x01u) | 0x02u);
+	gid_from_mac(gid, mac);
 }
 
 /* Does this getifaddrs() entry give a usable MAC? Link-layer (AF_PACKET)
@@ -102,7 +128,7 @@ int wisp_gid_table_scan(struct wisp_gid **tbl)
 
 		if (!sll || n == WISP_MAX_GIDS)
 			continue;
-		memcpy(t[n].gid.raw, sll->sll_addr, MAC_LEN);
+		gid_from_mac(&t[n].gid, sll->sll_addr);
 		t[n].ifindex = (uint32_t)sll->sll_ifindex;
 		n++;
 	}
@@ -120,15 +146,9 @@ int wisp_gid_table_scan(struct wisp_gid **tbl)
 
 __be64 wisp_gid_to_guid(const union ibv_gid *gid)
 {
-	const uint8_t *mac = gid->raw;
-	uint8_t eui[8] = {
-		/* RFC 4291 appendix A: invert the universal/local bit and
-		 * put FF:FE between the OUI and the NIC part. */
-		(uint8_t)(mac[0] ^ 0x02u), mac[1], mac[2], 0xff, 0xfe,
-		mac[3], mac[4], mac[5],
-	};
 	__be64 guid;
 
-	memcpy(&guid, eui, sizeof(guid));
+	/* The interface identifier is the EUI-64 already. */
+	memcpy(&guid, gid->raw + 8, sizeof(guid));
 	return guid;
 }

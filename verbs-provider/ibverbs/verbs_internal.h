@@ -11,6 +11,7 @@
  *   verbs_srq.c       SRQs           -> context
  *   verbs_qp.c        QPs            -> context, CQ, SRQ
  *   verbs_stream.c    a QP's stream  -> context, CQ, QP
+ *   verbs_qpx.c       ibv_qp_ex      -> QP
  *
  * A CQ knows the TCP connections whose completions it collects (so that
  * an empty poll can receive on them), never the QPs behind them.
@@ -134,6 +135,7 @@ struct wisp_qp {
 	int access_flags;
 	struct wisp_stream stream;
 	struct wisp_stats_qp *stats;  /* published counters (verbs_stats.h) */
+	struct wisp_qpx *x;       /* the ibv_wr_* batch, if send_ops_flags */
 };
 
 static inline struct wisp_qp *to_wqp(struct ibv_qp *qp)
@@ -164,6 +166,22 @@ void wisp_qps_revoke_mr(struct ibv_context *ctx, const struct rdmap_mr *mr);
  * graceful flushes locally at once and lets the peer learn from the
  * FIN; otherwise the socket is shut down. No-op without a stream. */
 void wisp_qp_stream_close(struct wisp_qp *qp, int reason, bool graceful);
+
+/* Post the chain wr to qp's SQ, all of it or (on error) none of it.
+ * Returns 0 or a positive errno as ibv_post_send. */
+int wisp_qp_post_whole(struct ibv_qp *qp, struct ibv_send_wr *wr);
+
+/* ---- verbs_qpx.c ------------------------------------------------- */
+
+/* The send operations ibv_create_qp_ex accepts in send_ops_flags. */
+#define WISP_QPX_SEND_OPS (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV | \
+			   IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ)
+
+/* Give qp the extended post API (qp->base.qpx's function pointers and
+ * qp->x). Returns 0 or ENOMEM. */
+int wisp_qpx_init(struct wisp_qp *qp);
+/* Free what wisp_qpx_init allocated (no-op without it). */
+void wisp_qpx_fini(struct wisp_qp *qp);
 
 /* ---- shared by verbs_qp.c and verbs_srq.c ------------------------ */
 

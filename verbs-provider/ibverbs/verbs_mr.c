@@ -23,11 +23,42 @@ _Static_assert(RDMAP_ACC_LOCAL_WRITE == IBV_ACCESS_LOCAL_WRITE &&
 	       RDMAP_ACC_REMOTE_READ == IBV_ACCESS_REMOTE_READ,
 	       "RDMAP access bits are the verbs ones");
 
-/* Flags we implement, and those rdma-core lets a provider ignore. */
-#define ACCESS_SUPPORTED (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
-			  IBV_ACCESS_REMOTE_READ)
-#define ACCESS_IGNORED   (IBV_ACCESS_RELAXED_ORDERING | \
-			  IBV_ACCESS_OPTIONAL_RANGE)
+/*
+ * The access rights an iWARP STag carries (RFC 5040 section 6: local
+ * write, remote write, remote read); the MR keeps only these, as siw does
+ * with whatever it is given.
+ */
+#define ACCESS_IWARP (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		      IBV_ACCESS_REMOTE_READ)
+/*
+ * Flags Linux's uverbs passes down to every provider and that siw accepts
+ * and drops: remote atomic access (an MR may ask for it on a device whose
+ * atomic_cap is NONE; no atomic can then arrive, so nothing needs the
+ * right), MW binding, zero-based and huge-page hints, and the optional
+ * range (relaxed ordering and later hints a device may ignore).
+ */
+#define ACCESS_ACCEPTED (IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | \
+			 IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB | \
+			 IBV_ACCESS_OPTIONAL_RANGE)
+/* Defined by verbs, known to uverbs, but a capability wisp0 does not
+ * report: on-demand paging, and the two RDMA FLUSH placement types
+ * (bits 8 and 9, IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT in newer headers). */
+#define ACCESS_UNSUPPORTED (IBV_ACCESS_ON_DEMAND | (1u << 8) | (1u << 9))
+
+/* The errno uverbs and the provider give for access, or 0. */
+static int access_check(unsigned int access)
+{
+	if (access & ~(ACCESS_IWARP | ACCESS_ACCEPTED | ACCESS_UNSUPPORTED))
+		return EINVAL;
+	/* IB spec 10.6.3.1, checked by uverbs for every provider: remote
+	 * write or remote atomic access needs local write. */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE))
+		return EINVAL;
+	if (access & ACCESS_UNSUPPORTED)
+		return EOPNOTSUPP;
+	return 0;
+}
 
 /* Is [addr, addr + len) mapped? A real device fails registration of
  * unmapped memory with EFAULT; so do we, rather than fault later on the
@@ -50,16 +81,13 @@ struct ibv_mr *wisp_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	struct wisp_mr *mr;
 	int ret;
 
-	if (!pd || length == 0 ||
-	    (access & ~(ACCESS_SUPPORTED | ACCESS_IGNORED))) {
+	if (!pd || length == 0) {
 		errno = EINVAL;
 		return NULL;
 	}
-	/* IB spec 10.6.3.1 (and every provider): remote write without
-	 * local write is invalid. */
-	if ((access & IBV_ACCESS_REMOTE_WRITE) &&
-	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
-		errno = EINVAL;
+	ret = access_check(access);
+	if (ret) {
+		errno = ret;
 		return NULL;
 	}
 	if (!mapped(addr, length)) {
@@ -77,7 +105,7 @@ struct ibv_mr *wisp_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	mr->m.addr = addr;
 	mr->m.iova = iova;
 	mr->m.length = length;
-	mr->m.access = access & ACCESS_SUPPORTED;
+	mr->m.access = access & ACCESS_IWARP;
 	mr->m.pd = pd;
 	ret = rdmap_stag_insert(t, &mr->m);
 	if (ret) {

@@ -379,8 +379,15 @@ struct ibv_qp *wisp_create_qp_ex(struct ibv_context *ctx,
 		errno = EINVAL;
 		return NULL;
 	}
-	/* The new post API (ibv_wr_*), XRC, RSS and TSO are not offered. */
-	if (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD) {
+	/* The new post API for the operations of an iWARP RC QP; no
+	 * creation flags; XRC, RSS, TSO and the rest are not offered. */
+	if ((attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD |
+					   IBV_QP_INIT_ATTR_CREATE_FLAGS |
+					   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+	     attr->create_flags) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	     (attr->send_ops_flags & ~(uint64_t)WISP_QPX_SEND_OPS))) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -394,8 +401,18 @@ struct ibv_qp *wisp_create_qp_ex(struct ibv_context *ctx,
 		.sq_sig_all = attr->sq_sig_all,
 	};
 	qp = create_qp(ctx, attr->pd, &a);
-	if (qp)
-		attr->cap = a.cap;
+	if (!qp)
+		return NULL;
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		int ret = wisp_qpx_init(to_wqp(qp));
+
+		if (ret) {
+			wisp_destroy_qp(qp);
+			errno = ret;
+			return NULL;
+		}
+	}
+	attr->cap = a.cap;
 	return qp;
 }
 
@@ -506,6 +523,12 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		return EINVAL;
 	if ((mask & IBV_QP_ACCESS_FLAGS) && !access_ok(cur, to))
 		return EINVAL;
+	/* An iWARP QP enters RTS with its connection (rdma_cm, or
+	 * wisp_qp_connect_fd): RTS without a stream is refused, as siw
+	 * refuses it without a socket ("no socket", EINVAL), rather than
+	 * left to take WRs that could never go anywhere. */
+	if ((mask & IBV_QP_STATE) && to == IBV_QPS_RTS && !qp->stream.conn)
+		return EINVAL;
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
 		if (attr->max_rd_atomic > WISP_MAX_ORD)
 			return EINVAL;
@@ -563,7 +586,12 @@ int wisp_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 		return EINVAL;
 	qp = to_wqp(ibqp);
 	memset(attr, 0, sizeof(*attr));
+	/* An iWARP QP has no RESET apart from its idle state, which siw
+	 * reports as INIT from creation on (and after a move to RESET);
+	 * rdma-core's tests expect INIT of a new QP on an RNIC. */
 	attr->qp_state = wisp_qp_state(qp);
+	if (attr->qp_state == IBV_QPS_RESET)
+		attr->qp_state = IBV_QPS_INIT;
 	attr->cur_qp_state = attr->qp_state;
 	attr->path_mtu = IBV_MTU_1024;
 	attr->qp_access_flags = qp->access_flags;
@@ -600,6 +628,7 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 	detach_conn(qp);
 	wisp_stats_qp_close(ibqp->context, qp->stats, rdmap_qp_stats(qp->core));
 	rdmap_qp_destroy(qp->core);
+	wisp_qpx_fini(qp);
 	wisp_pd_put(ibqp->pd);
 	wisp_cq_put(qp->scq);
 	wisp_cq_put(qp->rcq);
@@ -683,13 +712,15 @@ static int conv_send(struct wisp_qp *qp, const struct ibv_send_wr *wr,
 	return 0;
 }
 
-int wisp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
-		   struct ibv_send_wr **bad_wr)
+/* Post the chain wr; with whole, either every WR goes to the SQ or none
+ * does (the tail is published once, after the last one converted). */
+static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+			   struct ibv_send_wr **bad_wr, bool whole)
 {
 	struct wisp_qp *qp = to_wqp(ibqp);
 	struct rdmap_ring *sq = rdmap_qp_sq(qp->core);
 	enum ibv_qp_state st;
-	uint32_t tail, head;
+	uint32_t tail, head, first;
 	int ret = 0;
 	bool flush;
 
@@ -702,6 +733,7 @@ int wisp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		goto out;
 	}
 	tail = atomic_load_explicit(&sq->tail, memory_order_relaxed);
+	first = tail;
 	for (; wr; wr = wr->next) {
 		head = atomic_load_explicit(&sq->head, memory_order_acquire);
 		if (tail - head >= qp->cap.max_send_wr) {
@@ -713,6 +745,8 @@ int wisp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 			break;
 		tail++;
 	}
+	if (ret && whole)
+		tail = first;     /* the slots written stay unpublished */
 	atomic_store_explicit(&sq->tail, tail, memory_order_release);
 	if (ret)
 		*bad_wr = wr;
@@ -726,6 +760,19 @@ out:
 	    !glue_conn_send_now(qp->stream.conn))
 		glue_conn_kick(qp->stream.conn);
 	return ret;
+}
+
+int wisp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+		   struct ibv_send_wr **bad_wr)
+{
+	return post_send_chain(ibqp, wr, bad_wr, false);
+}
+
+int wisp_qp_post_whole(struct ibv_qp *ibqp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+
+	return post_send_chain(ibqp, wr, &bad, true);
 }
 
 int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,

@@ -156,8 +156,8 @@ struct glue_engine *wisp_context_engine(struct wisp_context *wctx);
  */
 int wisp_gid_table_scan(struct wisp_gid **tbl);
 
-/* The EUI-64 of the MAC in gid (octets 0..5), network order: the node
- * GUID, as siw derives it from its netdev's MAC. */
+/* The node GUID from a wisp GID (fe80::<EUI-64>, verbs_gid.c): its
+ * EUI-64, network order, as siw derives the GUID from its netdev's MAC. */
 __be64 wisp_gid_to_guid(const union ibv_gid *gid);
 
 /* ---- verbs_mr.c -------------------------------------------------- */

@@ -143,7 +143,7 @@ static void *connect_thread(void *arg)
 	enum mpa_error err;
 	socklen_t alen;
 	int fd, ret, tmo;
-	bool dying;
+	bool dying, had_qp;
 
 	pthread_mutex_lock(&wcm.lock);
 	memcpy(&dst, &w->id.route.addr.dst_storage, sizeof(dst));
@@ -154,7 +154,7 @@ static void *connect_thread(void *arg)
 	prefs.pdata_len = w->conn_pdata_len;
 	tmo = w->opts.timeout_ms;
 	tls = w->opts.tls;
-	qp = w->id.qp ? w->id.qp : w->ext_qp;
+	had_qp = w->id.qp || w->ext_qp;
 	fd = w->fd;
 	pthread_mutex_unlock(&wcm.lock);
 
@@ -194,6 +194,12 @@ static void *connect_thread(void *arg)
 
 	pthread_mutex_lock(&wcm.lock);
 	dying = w->dying;
+	/* The application may have destroyed the QP while the exchange
+	 * went on (rdma_destroy_qp): take it again now, and from here on
+	 * rdma_destroy_qp waits until the stream is attached. */
+	if (had_qp && !w->id.qp && !w->ext_qp)
+		dying = true;
+	qp = w->id.qp ? w->id.qp : w->ext_qp;
 	if (!dying) {
 		w->fd = -1;
 		wcm_set_state(w, WCM_ATTACHING);

@@ -67,6 +67,9 @@ void wcm_set_state(struct wcm_id *w, enum wcm_state s)
 		return;
 	wcm_log(WCM_LOG_DEBUG, "id %p: %s -> %s", (void *)&w->id,
 		wcm_state_str(w->state), wcm_state_str(s));
+	/* rdma_destroy_qp waits for the end of ATTACHING. */
+	if (w->state == WCM_ATTACHING)
+		pthread_cond_broadcast(&wcm.cond);
 	w->state = s;
 }
 

@@ -142,9 +142,39 @@ static void hs_drop(struct listener *ls, struct wcm_hs *h)
 	hs_close(h);
 }
 
+static void hs_serve(struct listener *ls, struct wcm_hs *h);
+
+/* Put h on the global list unless the bounds say no; the reason if they
+ * do, else NULL with *evict the handshake whose place h takes, if any.
+ * wcm.lock held. */
+static const char *hs_bounds(struct listener *ls, struct wcm_hs *h,
+			     struct wcm_hs **evict)
+{
+	*evict = NULL;
+	if (hs_from(&h->addr) >= wcm.limits.max_pending_addr)
+		return "too many pending from this address "
+		       "(WISP_MPA_MAX_PENDING_PER_ADDR)";
+	if (wcm.hs_count >= wcm.limits.max_pending) {
+		*evict = ls->head;
+		if (!*evict)
+			return "too many pending (WISP_MPA_MAX_PENDING)";
+	}
+	h->all_next = wcm.hs_all;
+	if (wcm.hs_all)
+		wcm.hs_all->all_pprev = &h->all_next;
+	wcm.hs_all = h;
+	h->all_pprev = &wcm.hs_all;
+	wcm.hs_count++;
+	return NULL;
+}
+
 /*
  * Admit the accepted connection fd from peer as a pending handshake, or
- * close it when the bounds say no. wcm.lock not held.
+ * close it when the bounds say no. Before saying no, the Requests that
+ * have already arrived are read: a client that opens hundreds of
+ * connections at once sends each Request right after its connect, and
+ * those handshakes are over, not pending; only the silent ones count
+ * against the bounds. wcm.lock not held.
  */
 static void hs_admit(struct listener *ls, int fd,
 		     const struct sockaddr_storage *peer, int timeout_ms)
@@ -161,23 +191,22 @@ static void hs_admit(struct listener *ls, int fd,
 	addr_key(peer, &h->addr);
 	wcm_addr_str((const struct sockaddr *)peer, h->who, sizeof(h->who));
 	pthread_mutex_lock(&wcm.lock);
-	if (hs_from(&h->addr) >= wcm.limits.max_pending_addr) {
-		no = "too many pending from this address "
-		     "(WISP_MPA_MAX_PENDING_PER_ADDR)";
-	} else if (wcm.hs_count >= wcm.limits.max_pending) {
-		evict = ls->head;
-		if (!evict)
-			no = "too many pending (WISP_MPA_MAX_PENDING)";
-	}
-	if (!no) {
-		h->all_next = wcm.hs_all;
-		if (wcm.hs_all)
-			wcm.hs_all->all_pprev = &h->all_next;
-		wcm.hs_all = h;
-		h->all_pprev = &wcm.hs_all;
-		wcm.hs_count++;
-	}
+	no = hs_bounds(ls, h, &evict);
 	pthread_mutex_unlock(&wcm.lock);
+	if (no || evict) {
+		for (struct wcm_hs *o = ls->head, *next; o; o = next) {
+			next = o->next;
+			hs_serve(ls, o);
+		}
+		pthread_mutex_lock(&wcm.lock);
+		if (no)
+			no = hs_bounds(ls, h, &evict);
+		else if (wcm.hs_count <= wcm.limits.max_pending)
+			evict = NULL;     /* served ones made room */
+		else
+			evict = ls->head; /* the oldest still silent */
+		pthread_mutex_unlock(&wcm.lock);
+	}
 	if (no) {
 		wcm_log(WCM_LOG_INFO, "connection from %s closed: %s", h->who,
 			no);

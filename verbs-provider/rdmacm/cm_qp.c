@@ -180,6 +180,12 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 	if (!id || !id->qp)
 		return;
 	pthread_mutex_lock(&wcm.lock);
+	/* An active id's connect thread hands the socket to the QP in
+	 * ATTACHING, without the lock for a few milliseconds: wait for
+	 * that, as the kernel's CM holds a reference on the QP while it
+	 * connects. Before ATTACHING the thread takes the QP afresh. */
+	while (to_wid(id)->state == WCM_ATTACHING)
+		pthread_cond_wait(&wcm.cond, &wcm.lock);
 	qp = id->qp;
 	id->qp = NULL;
 	pthread_mutex_unlock(&wcm.lock);
@@ -207,17 +213,19 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
 		return 0;
 	case IBV_QPS_RTR:
 	case IBV_QPS_RTS:
-		/* The kernel's iWARP CM only names the state; wisp adds the
-		 * read depths the connection was set up with. The stream
-		 * itself moves the QP to RTS. */
+		/* The kernel's iWARP CM answers RTR and RTS with an empty
+		 * mask (iwcm_init_qp_rts_attr): the connection moves the
+		 * QP to RTS, a program's own ibv_modify_qp must not (an
+		 * unconnected QP refuses RTS, as siw's does; rping -q asks
+		 * before rdma_accept). wisp adds the read depths the
+		 * connection was set up with, never the state. */
 		pthread_mutex_lock(&wcm.lock);
 		if (qp_attr->qp_state == IBV_QPS_RTR) {
 			qp_attr->max_dest_rd_atomic = (uint8_t)w->ird;
-			*qp_attr_mask = IBV_QP_STATE |
-					IBV_QP_MAX_DEST_RD_ATOMIC;
+			*qp_attr_mask = IBV_QP_MAX_DEST_RD_ATOMIC;
 		} else {
 			qp_attr->max_rd_atomic = (uint8_t)w->ord;
-			*qp_attr_mask = IBV_QP_STATE | IBV_QP_MAX_QP_RD_ATOMIC;
+			*qp_attr_mask = IBV_QP_MAX_QP_RD_ATOMIC;
 		}
 		pthread_mutex_unlock(&wcm.lock);
 		return 0;
