@@ -243,7 +243,6 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 		      struct rdma_cm_event **event)
 {
 	struct wcm_channel *ch;
-	int ret, err;
 
 	if (!channel || !event) {
 		errno = EINVAL;
@@ -253,7 +252,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 	for (;;) {
 		struct pollfd pfd = { .events = POLLIN };
 		struct wcm_event *e;
-		int flags;
+		int flags, ret, err;
 
 		pthread_mutex_lock(&wcm.lock);
 		if (ch->dead)
