@@ -178,7 +178,9 @@ static void detach_conn(struct wisp_qp *qp)
 	wisp_cq_del_conn(qp->scq, c);
 	if (qp->rcq != qp->scq)
 		wisp_cq_del_conn(qp->rcq, c);
+	pthread_mutex_lock(&qp->core_lock);   /* core_fatal reads it */
 	qp->stream.conn = NULL;
+	pthread_mutex_unlock(&qp->core_lock);
 	glue_conn_free(c);
 }
 

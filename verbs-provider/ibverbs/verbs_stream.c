@@ -230,7 +230,14 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 		wisp_qp_set_state(qp, IBV_QPS_ERR);
 		return ret;
 	}
+	/* Under the core lock: the engine may already be receiving on c,
+	 * and core_fatal (called with that lock) reads stream.conn to start
+	 * the close. A QP that failed before c was known closes now. */
+	pthread_mutex_lock(&qp->core_lock);
 	qp->stream.conn = c;
+	if (rdmap_qp_state(qp->core) == RDMAP_QP_ERROR)
+		glue_conn_close_soon(c);
+	pthread_mutex_unlock(&qp->core_lock);
 	glue_conn_set_stats(c, wisp_stats_qp_sock(qp->stats));
 	/* From now on a thread polling an empty CQ of the QP may receive
 	 * on the stream itself. */
