@@ -837,12 +837,23 @@ static void fault_round(struct conn *c, bool zero_window, bool resume,
 	printf("fault: %" PRIu64 " WRs succeeded, %" PRIu64 " flushed "
 	       "(send %" PRIu64 ", receive %" PRIu64 ")\n", c->ok, c->flushed,
 	       c->posted_send, c->posted_recv);
-	/* The break came mid-stream: WRITE/READ always have WRs
-	 * outstanding, so some are flushed; a SEND stream at least has its
-	 * receives. (After a resume, only the receives are.) */
-	if (!zero_window || !resume) {
-		if (op != OP_SEND && !c->send_err_seen)
-			die("no send WR was flushed: the fault missed the stream");
+	/* Every WR posted has completed exactly once (drain). WRITE and
+	 * READ keep WRs outstanding, but the kernel may have taken every
+	 * outstanding WRITE before the break, and those complete with
+	 * success. Either way a WR posted now, on the broken QP, must be
+	 * flushed (verbs: a QP in ERROR flushes what is posted). A SEND
+	 * stream at least has its receives. (After a resume, nothing is
+	 * broken.) */
+	if ((!zero_window || !resume) && op != OP_SEND && !c->send_err_seen) {
+		int r = post_op(c, op, 0, CHUNK);
+
+		if (r)
+			die("ibv_post_send on the broken QP: %s", strerror(r));
+		drain(c);
+		if (!c->send_err_seen)
+			die("a WR posted after the break was not flushed");
+		printf("fault: every outstanding WR had completed; one posted "
+		       "after the break was flushed\n");
 	}
 	if (!c->recv_err_seen)
 		die("no receive was flushed");
