@@ -29,6 +29,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "glue_stats.h"
 #include "rdmap_qp_stats.h"
@@ -222,6 +224,32 @@ static inline void wisp_stats_add(struct wisp_stats_counts *dst,
 		}
 		atomic_store_explicit(&d[i], o + v, memory_order_relaxed);
 	}
+}
+
+/*
+ * Field 22 of /proc/<pid>/stat (the start time in clock ticks), 0 if it
+ * cannot be read: with the pid it names one process, so a reader tells a
+ * file's writer from a later process that reused its pid. The writer and
+ * the reader must read it the same way, hence one function for both.
+ * comm may hold spaces and parentheses: count from the last ')'.
+ */
+static inline uint64_t wisp_stats_start_ticks(const char *stat_path)
+{
+	char buf[1024], *p;
+	unsigned long long v = 0;
+	FILE *f = fopen(stat_path, "re");
+	size_t n;
+
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+			 "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &v) != 1)
+		return 0;
+	return v;
 }
 
 #endif /* WISP_STATS_SHM_H */

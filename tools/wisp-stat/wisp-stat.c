@@ -49,26 +49,13 @@ static long opt_pid = -1;
 /* Reading                                                            */
 /* ------------------------------------------------------------------ */
 
-/* Field 22 of /proc/<pid>/stat, 0 if unreadable. */
+/* The start time of process pid (wisp_stats_start_ticks). */
 static uint64_t start_ticks(long pid)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long v = 0;
-	FILE *f;
-	size_t n;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
-			 "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &v) != 1)
-		return 0;
-	return v;
+	return wisp_stats_start_ticks(path);
 }
 
 /* Is the process that wrote h still the one running under its pid? */

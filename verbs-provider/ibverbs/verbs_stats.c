@@ -49,27 +49,6 @@ static uint64_t realtime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Field 22 of /proc/self/stat: tells a reused pid from ours. */
-static uint64_t start_ticks(void)
-{
-	char buf[1024], *p;
-	unsigned long long v = 0;
-	FILE *f = fopen("/proc/self/stat", "re");
-	size_t n;
-
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* comm may hold spaces and parentheses: count from the last ')'. */
-	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
-			 "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &v) != 1)
-		return 0;
-	return v;
-}
-
 static void read_comm(char *out, size_t cap)
 {
 	FILE *f = fopen("/proc/self/comm", "re");
@@ -170,7 +149,7 @@ static void st_init(void)
 	h->dev_size = sizeof(struct wisp_stats_dev);
 	h->qp_size = sizeof(struct wisp_stats_qp);
 	h->pid = (int32_t)st_pid;
-	h->start_ticks = start_ticks();
+	h->start_ticks = wisp_stats_start_ticks("/proc/self/stat");
 	h->created_ms = realtime_ms();
 	read_comm(h->comm, sizeof(h->comm));
 	/* Last: a reader takes the file as valid once the magic is there. */
