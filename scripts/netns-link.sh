@@ -3,13 +3,15 @@
 # pair at MTU 1500 (Ethernet's, instead of loopback's 64 KiB), with
 # addresses from the benchmarking range 198.18.0.0/15.
 #
-#   scripts/netns-link.sh up [--mtu N] [--rate RATE]   make it (root)
-#   scripts/netns-link.sh down                         remove it
-#   scripts/netns-link.sh status                       print it
+#   scripts/netns-link.sh up [--mtu N] [--rate RATE] [NAMES]  make it (root)
+#   scripts/netns-link.sh down [NAMES]                        remove it
+#   scripts/netns-link.sh status [NAMES]                      print it
 #
+# NAMES: --srv NS --cli NS name the namespaces (default wisp-srv, wisp-cli);
+# the emulated WAN (tests/wan/wan.sh) builds on this with its own names.
 # up prints the --netns argument of bench/wisp_bench. --rate shapes both
-# directions with tbf (e.g. 1gbit). It touches only what it made: the
-# namespaces wisp-srv and wisp-cli (the veth pair lives and dies with them).
+# directions with tbf (e.g. 1gbit). It touches only what it made: the two
+# namespaces (the veth pair wisp-v0/wisp-v1 lives and dies with them).
 set -euo pipefail
 
 srv=wisp-srv cli=wisp-cli
@@ -17,10 +19,13 @@ srv_addr=198.18.0.1 cli_addr=198.18.0.2
 mtu=1500 rate=
 
 die() { echo "netns-link: $*" >&2; exit 1; }
+# exactly that name (grep -w would take wisp-srv for wisp-srv-x)
+ns_exists() { ip netns list | awk '{print $1}' | grep -qxF "$1"; }
 
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root (ip netns add)"
-	ip netns list | grep -qw "$srv" && die "$srv exists: run '$0 down' first"
+	ns_exists "$srv" && die "$srv exists: run '$0 down' first"
+	ns_exists "$cli" && die "$cli exists: run '$0 down' first"
 	ip netns add "$srv"
 	ip netns add "$cli"
 	ip link add wisp-v0 netns "$srv" type veth peer name wisp-v1 netns "$cli"
@@ -55,7 +60,7 @@ down() {
 
 status() {
 	for ns in "$srv" "$cli"; do
-		ip netns list | grep -qw "$ns" || { echo "$ns: absent"; continue; }
+		ns_exists "$ns" || { echo "$ns: absent"; continue; }
 		echo "$ns:"; ip -n "$ns" -br addr show
 		ip netns exec "$ns" tc qdisc show | grep -v noqueue || true
 	done
@@ -67,6 +72,8 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--mtu) mtu=${2:?--mtu needs a value}; shift 2 ;;
 	--rate) rate=${2:?--rate needs a value}; shift 2 ;;
+	--srv) srv=${2:?--srv needs a name}; shift 2 ;;
+	--cli) cli=${2:?--cli needs a name}; shift 2 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
@@ -74,5 +81,5 @@ case $cmd in
 up) up ;;
 down) down ;;
 status) status ;;
-*) die "usage: $0 up [--mtu N] [--rate RATE] | down | status" ;;
+*) die "usage: $0 up [--mtu N] [--rate RATE] | down | status [--srv NS --cli NS]" ;;
 esac
