@@ -7,6 +7,7 @@
 #
 #   tests/wan/wan.sh up [--rate RATE] [--delay MS] [--loss PCT] [NAMES]
 #                       [--bin PATH] [--gso on|off] [--tcp-max BYTES]
+#                       [--rt PRIO]
 #   tests/wan/wan.sh down [NAMES]        stop the program, remove both ns
 #   tests/wan/wan.sh drop SECONDS [NAMES]  the link forwards nothing for
 #                                        SECONDS (blocks that long)
@@ -20,7 +21,9 @@
 # (tbf, each direction; default 1gbit, "" for none). --gso on hands
 # whole GSO packets to the delay program (cheaper; a loss then drops a
 # whole burst), default on without loss and off with. --tcp-max sets the
-# top of tcp_rmem/tcp_wmem in both namespaces (default 64 MiB).
+# top of tcp_rmem/tcp_wmem in both namespaces (default 64 MiB). --rt runs
+# the delay programs SCHED_FIFO at PRIO (default 10; 0: not), so that on a
+# busy machine they still release packets on time: they are the wire.
 # Needs root. Touches only the two namespaces it makes: the delay programs
 # and their iptables rules live in them, so `down` (or the namespaces'
 # deletion) leaves nothing behind even after a crash.
@@ -28,7 +31,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 srv=wisp-wan-srv cli=wisp-wan-cli
-rate=1gbit delay=0 loss=0 gso= tcp_max=$((64 << 20))
+rate=1gbit delay=0 loss=0 gso= tcp_max=$((64 << 20)) rt=10
 bin=${WISP_WAN_DELAY:-${WISP_BUILD_DIR:-$top/build}/tests/wan/wisp-wan-delay}
 state=${WISP_WAN_STATE:-/run/wisp-wan}
 
@@ -61,7 +64,7 @@ stop_delay() {
 start_delay() {
 	local ns=$1 pid
 	rm -f "$state/$ns.pid"
-	ip netns exec "$ns" "$bin" --iface "$2" --seed "$3" --delay "$4" \
+	ip netns exec "$ns" ${rtcmd[@]+"${rtcmd[@]}"} "$bin" --iface "$2" --seed "$3" --delay "$4" \
 		--loss "$loss" $([ "$gso" = on ] && echo --gso) \
 		--pidfile "$state/$ns.pid" </dev/null >"$state/$ns.log" 2>&1 &
 	pid=$!
@@ -80,6 +83,8 @@ up() {
 	[ "$(id -u)" = 0 ] || die "needs root"
 	[ -x "$bin" ] || die "no $bin: build it (cmake --build build) or pass --bin"
 	[ -n "$gso" ] || { [ "$loss" = 0 ] && gso=on || gso=off; }
+	rtcmd=()
+	[ "$rt" = 0 ] || rtcmd=(chrt -f "$rt")
 	mkdir -p "$state"
 	"$top/scripts/netns-link.sh" up --srv "$srv" --cli "$cli" \
 		${rate:+--rate "$rate"} >/dev/null
@@ -141,6 +146,7 @@ while [ $# -gt 0 ]; do
 	--bin) bin=${2:?}; shift 2 ;;
 	--gso) gso=${2:?}; shift 2 ;;
 	--tcp-max) tcp_max=${2:?}; shift 2 ;;
+	--rt) rt=${2:?}; shift 2 ;;
 	*) die "unknown option $1" ;;
 	esac
 done

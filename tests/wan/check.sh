@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Checks the emulated WAN (tests/wan/wan.sh) before anyone trusts it:
+# ping RTT within 5 % of the set delay, and single-stream iperf3 goodput
+# within 10 % of what the link allows, min(rate, window / RTT).
+#
+#   tests/wan/check.sh --quick [--bin PATH]  ~15 s: ping at 1 and 20 ms,
+#                                            iperf3 at 100 Mbit/s, 20 ms
+#   tests/wan/check.sh [--bin PATH]          the full check (~3 min): ping
+#                       at 1, 10, 50, 100, 200 ms; iperf3 at 1 Gbit/s with
+#                       1, 10, 50, 100 ms; prints the table of
+#                       docs/replication.md
+#
+# How it measures: the median of N pings after 10 unheeded (ping -U: user to user, since the
+# kernel stamps a reply before the delay is applied; ping runs SCHED_FIFO,
+# as the delay programs do, so the figure is the link's, not the
+# scheduler's). iperf3 sends from the client namespace to the server one,
+# one stream, its first seconds (slow start) omitted. The window is known:
+# tcp_rmem/tcp_wmem top at 64 MiB in both namespaces, more than twice
+# the largest path (1 Gbit/s x (100 ms + tbf's 50 ms queue) = 19 MB), so
+# the expected goodput is the rate's: rate x 1448/1514 (TCP payload per
+# Ethernet frame with timestamps). Every delay program must also report
+# no unintended drop. Each run is bounded in count and time.
+#
+# Exits 77 (skip, with the reason) when not root, without network
+# namespaces, or without ping/iperf3/iptables-legacy; 1 if a figure is out.
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+wan=$top/tests/wan/wan.sh
+quick=0 bin=
+srv=wisp-wanck$$-s cli=wisp-wanck$$-c
+port=5201 # inside our own namespaces: nothing else listens there
+fail=0
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) quick=1; shift ;;
+	--bin) bin=${2:?}; shift 2 ;;
+	*) echo "usage: $0 [--quick] [--bin PATH]" >&2; exit 2 ;;
+	esac
+done
+
+skip() { echo "SKIP wan check: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, iptables)"
+for p in ping iperf3 iptables-legacy tc chrt; do
+	command -v "$p" >/dev/null || skip "no $p (scripts/test.sh installs it)"
+done
+ip netns add "$srv" 2>/dev/null || skip "cannot create a network namespace"
+ip netns del "$srv"
+
+names=(--srv "$srv" --cli "$cli" ${bin:+--bin "$bin"})
+iperf_pid=
+cleanup() {
+	[ -n "$iperf_pid" ] && kill "$iperf_pid" 2>/dev/null
+	"$wan" down "${names[@]}" >/dev/null 2>&1
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# within MEASURED EXPECTED PCT: 0 if |measured - expected| <= pct %
+within() {
+	awk -v m="$1" -v e="$2" -v p="$3" \
+		'BEGIN { d = m - e; if (d < 0) d = -d; exit !(d <= e * p / 100) }'
+}
+
+up() {
+	"$wan" down "${names[@]}" >/dev/null 2>&1
+	"$wan" up "${names[@]}" "$@" >/dev/null || { echo "FAIL wan up $*"; exit 1; }
+}
+
+# no_drops: the delay programs dropped nothing they did not mean to
+no_drops() {
+	local s
+	s=$("$wan" stats "${names[@]}")
+	if ! grep -q "unintended_drops=[1-9]" <<<"$s"; then return 0; fi
+	echo "$s"
+	echo "FAIL unintended drops"
+	fail=1
+}
+
+# ping_rtt COUNT INTERVAL: the median RTT in ms, after 10 pings unheeded
+# while the delay programs learn their own lag (wan_delay.c, learn_lead)
+ping_rtt() {
+	ip netns exec "$cli" timeout 20 ping -n -q -c 10 -i 0.05 -W 2 \
+		198.18.0.1 >/dev/null
+	ip netns exec "$cli" timeout 60 chrt -f 10 ping -U -n -c "$1" -i "$2" \
+		-W 2 198.18.0.1 |
+		sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
+		awk '{ v[NR] = $1 } END {
+			if (NR < 3) { print "none"; exit }
+			print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# iperf_mbit SECONDS OMIT: receiver goodput in Mbit/s
+iperf_mbit() {
+	local out
+	ip netns exec "$srv" timeout $(($1 + $2 + 30)) iperf3 -s -1 \
+		-B 198.18.0.1 -p "$port" >/dev/null 2>&1 &
+	iperf_pid=$!
+	for _ in $(seq 50); do
+		ip netns exec "$srv" ss -Htln "sport = :$port" | grep -q . && break
+		sleep 0.1
+	done
+	out=$(ip netns exec "$cli" timeout $(($1 + $2 + 20)) iperf3 -c 198.18.0.1 \
+		-p "$port" -t "$1" -O "$2" -f m 2>&1)
+	wait "$iperf_pid" 2>/dev/null
+	iperf_pid=
+	awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Mbits/sec") r = $i }
+		END { print r == "" ? "none" : r }' <<<"$out"
+}
+
+# check_ping DELAY_MS COUNT INTERVAL
+check_ping() {
+	local d=$1 m
+	up --delay "$d" --rate 1gbit
+	m=$(ping_rtt "$2" "$3")
+	if [ "$m" != none ] && within "$m" "$d" 5; then
+		printf 'ok   ping  delay %6s ms: median RTT %s ms (%s pings)\n' "$d" "$m" "$2"
+	else
+		printf 'FAIL ping  delay %6s ms: median RTT %s ms, want within 5 %%\n' "$d" "$m"
+		fail=1
+	fi
+	no_drops
+	rtt[$d]=$m
+}
+
+# check_iperf DELAY_MS RATE_MBIT SECONDS OMIT
+check_iperf() {
+	local d=$1 r=$2 m e
+	up --delay "$d" --rate "${r}mbit"
+	e=$(awk -v r="$r" 'BEGIN { printf "%.0f", r * 1448 / 1514 }')
+	m=$(iperf_mbit "$3" "$4")
+	if [ "$m" != none ] && within "$m" "$e" 10; then
+		printf 'ok   iperf delay %6s ms, %s Mbit/s: %s Mbit/s (expected %s)\n' "$d" "$r" "$m" "$e"
+	else
+		printf 'FAIL iperf delay %6s ms, %s Mbit/s: %s Mbit/s, expected %s within 10 %%\n' "$d" "$r" "$m" "$e"
+		fail=1
+	fi
+	no_drops
+	gput[$d]=$m expect[$d]=$e
+}
+
+declare -A rtt gput expect
+if [ "$quick" = 1 ]; then
+	check_ping 1 20 0.05
+	check_ping 20 20 0.05
+	check_iperf 20 100 3 1
+else
+	for d in 1 10 50 100 200; do check_ping "$d" 30 0.05; done
+	for d in 1 10 50 100; do check_iperf "$d" 1000 10 4; done
+	echo
+	echo "| set RTT (ms) | ping RTT, median (ms) | iperf3 goodput (Mbit/s) | expected (Mbit/s) |"
+	echo "|---:|---:|---:|---:|"
+	for d in 1 10 50 100 200; do
+		echo "| $d | ${rtt[$d]:-} | ${gput[$d]:--} | ${expect[$d]:--} |"
+	done
+fi
+[ "$fail" = 0 ] && echo "wan check: all within bounds" || echo "wan check: FAILED"
+exit "$fail"
