@@ -43,6 +43,7 @@ packages=(
 	libcriterion-dev cppcheck tcpdump openssl
 	ibverbs-utils rdmacm-utils perftest
 	iproute2 file man-db groff-base
+	libnetfilter-queue-dev libmnl-dev iptables iperf3 iputils-ping
 )
 
 log() { printf '\n=== %s\n' "$*"; }
@@ -157,7 +158,7 @@ run_fuzzers() {
 
 run_cppcheck() {
 	local dirs=("$top/wire" "$top/mpa" "$top/ddp" "$top/rdmap" "$top/tcp-glue"
-		    "$top/verbs-provider" "$top/tests/fuzz")
+		    "$top/verbs-provider" "$top/tests/fuzz" "$top/tests/wan")
 
 	[ -d "$top/bench" ] && dirs+=("$top/bench")
 	[ -d "$top/tools" ] && dirs+=("$top/tools")

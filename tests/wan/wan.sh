@@ -82,6 +82,10 @@ up() {
 	local half
 	[ "$(id -u)" = 0 ] || die "needs root"
 	[ -x "$bin" ] || die "no $bin: build it (cmake --build build) or pass --bin"
+	for ns in "$srv" "$cli"; do
+		ip netns list | awk '{print $1}' | grep -qxF "$ns" &&
+			die "$ns exists: run '$0 down' first"
+	done
 	[ -n "$gso" ] || { [ "$loss" = 0 ] && gso=on || gso=off; }
 	rtcmd=()
 	[ "$rt" = 0 ] || rtcmd=(chrt -f "$rt")
@@ -111,11 +115,13 @@ down() {
 }
 
 drop() {
-	local secs=$1 p1 p2
+	local secs=$1
 	p1=$(pid_of "$srv") && p2=$(pid_of "$cli") ||
 		die "no wisp-wan-delay running for $srv/$cli"
-	# up again even if this script is stopped early
-	trap 'kill -USR2 "$p1" "$p2" 2>/dev/null || true' EXIT INT TERM
+	# up again even if this script is stopped early (p1, p2 are global:
+	# the EXIT trap runs after drop's locals are gone)
+	trap 'kill -USR2 "$p1" "$p2" 2>/dev/null || true' EXIT
+	trap 'exit 1' INT TERM
 	kill -USR1 "$p1" "$p2"
 	sleep "$secs"
 }

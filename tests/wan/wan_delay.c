@@ -223,8 +223,9 @@ static void verdict(uint32_t id, int v, bool batch)
 /*
  * Our lag: from waking for a due packet to the end of its verdict (which
  * delivers it) takes tens of microseconds, a few percent of a 1 ms RTT. We
- * learn it (a moving average of how late the last release landed) and
- * start that much early, never by more than a quarter of the delay.
+ * learn it (a moving average of how late a lone packet's release landed)
+ * and start that much early, never by more than a quarter of the delay nor
+ * by more than 200 us.
  */
 static int64_t lead_ns;
 
@@ -266,7 +267,10 @@ static void release_due(uint64_t now)
 	}
 	verdict(last, NF_ACCEPT, true);
 	st.accepted += n;
-	learn_lead(due, now_ns());
+	/* a batch's verdict takes as long as delivering all of it: learn
+	 * from single packets only, or bulk traffic would go out early */
+	if (n == 1)
+		learn_lead(due, now_ns());
 }
 
 /*
@@ -406,9 +410,14 @@ static void check_drops(uint64_t *seen)
 	}
 }
 
-/* Accept what we still hold, so a clean stop loses nothing. */
-static void release_all(void)
+/*
+ * Accept what we still hold, so a clean stop loses nothing: the rule is
+ * gone, so take in what was queued before it went, then let all go.
+ */
+static void release_all(char *buf, size_t len)
 {
+	if (read_packets(buf, len) < 0)
+		say("some held packets may be dropped");
 	if (head != tail) {
 		verdict(ring[(tail - 1) & ring_mask].id, NF_ACCEPT, true);
 		st.accepted += tail - head;
@@ -428,8 +437,7 @@ static void on_signal(int sfd, bool *stop)
 			say("link down (%us; 0 = until SIGUSR2)", o.outage_s);
 			break;
 		case SIGUSR2:
-			down_until_ns = 0;
-			say("link up");
+			down_until_ns = 0;	/* the loop says "link up" */
 			break;
 		case SIGHUP:
 			print_stats("stats");
@@ -440,10 +448,8 @@ static void on_signal(int sfd, bool *stop)
 	}
 }
 
-static int loop(int sfd)
+static int loop(int sfd, char *buf, size_t buflen)
 {
-	size_t buflen = MNL_SOCKET_BUFFER_SIZE;
-	char *buf = malloc(buflen);
 	uint64_t seen_drops, qd, ud, next_check = 0;
 	bool stop = false, was_down = false;
 	struct pollfd pfd[2] = {
@@ -451,8 +457,6 @@ static int loop(int sfd)
 		{ .fd = sfd, .events = POLLIN },
 	};
 
-	if (!buf)
-		return -1;
 	/* the counters are the queue number's, maybe from an earlier run */
 	kernel_drops(&qd, &ud);
 	seen_drops = qd + ud;
@@ -462,7 +466,7 @@ static int loop(int sfd)
 
 		release_due(now);
 		if (was_down && !link_down(now))
-			say("link up (outage over)");
+			say("link up");
 		was_down = link_down(now);
 		if (now >= next_check) {
 			check_drops(&seen_drops);
@@ -490,7 +494,6 @@ static int loop(int sfd)
 		if (pfd[1].revents & POLLIN)
 			on_signal(sfd, &stop);
 	}
-	free(buf);
 	return stop ? 0 : -1;
 }
 
@@ -616,6 +619,7 @@ int main(int argc, char **argv)
 {
 	sigset_t ss;
 	uint32_t cap = 1;
+	static char buf[1 << 16];	/* one netlink message at a time */
 	int sfd, tsfd, rc = 1;
 
 	parse(argc, argv);
@@ -647,10 +651,10 @@ int main(int argc, char **argv)
 	say("queue %u, into %s: delay %.3f ms, loss %.3f %%, qmaxlen %"
 	    PRIu32 ", rcvbuf %d, gso %s", o.queue, o.iface, o.delay_ns / 1e6,
 	    o.loss * 100, o.qmaxlen, o.rcvbuf, o.gso ? "on" : "off");
-	if (write_pidfile() == 0 && loop(sfd) == 0)
+	if (write_pidfile() == 0 && loop(sfd, buf, sizeof(buf)) == 0)
 		rc = 0;
 	rules_del();
-	release_all();
+	release_all(buf, sizeof(buf));
 	print_stats("exit");
 out:
 	if (nl)
