@@ -5,7 +5,7 @@
 #
 #   tests/wan/check.sh --quick [--bin PATH]  ~15 s: ping at 1 and 20 ms,
 #                                            iperf3 at 100 Mbit/s, 20 ms
-#   tests/wan/check.sh [--bin PATH]          the full check (~3 min): ping
+#   tests/wan/check.sh [--bin PATH] [--cc ALGO]  the full check (~3 min): ping
 #                       at 1, 10, 50, 100, 200 ms; iperf3 at 1 Gbit/s with
 #                       1, 10, 50, 100 ms; prints the table of
 #                       docs/replication.md
@@ -14,7 +14,8 @@
 # kernel stamps a reply before the delay is applied; ping runs SCHED_FIFO,
 # as the delay programs do, so the figure is the link's, not the
 # scheduler's). iperf3 sends from the client namespace to the server one,
-# one stream, its first seconds (slow start) omitted. The window is known:
+# one stream, its first seconds (slow start) omitted, with TCP congestion
+# control --cc (default cubic, Debian's default, whatever the host's). The window is known:
 # tcp_rmem/tcp_wmem top at 64 MiB in both namespaces, more than twice
 # the largest path (1 Gbit/s x (100 ms + tbf's 50 ms queue) = 19 MB), so
 # the expected goodput is the rate's: rate x 1448/1514 (TCP payload per
@@ -27,7 +28,7 @@ set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 wan=$top/tests/wan/wan.sh
-quick=0 bin=
+quick=0 bin= cc=cubic
 srv=wisp-wanck$$-s cli=wisp-wanck$$-c
 port=5201 # inside our own namespaces: nothing else listens there
 fail=0
@@ -36,7 +37,8 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) quick=1; shift ;;
 	--bin) bin=${2:?}; shift 2 ;;
-	*) echo "usage: $0 [--quick] [--bin PATH]" >&2; exit 2 ;;
+	--cc) cc=${2:?}; shift 2 ;;
+	*) echo "usage: $0 [--quick] [--bin PATH] [--cc ALGO]" >&2; exit 2 ;;
 	esac
 done
 
@@ -111,7 +113,7 @@ iperf_mbit() {
 		sleep 0.1
 	done
 	out=$(ip netns exec "$cli" timeout $(($1 + $2 + 20)) iperf3 -c 198.18.0.1 \
-		-p "$port" -t "$1" -O "$2" -f m 2>&1)
+		-p "$port" -C "$cc" -t "$1" -O "$2" -f m 2>&1)
 	wait "$iperf_pid" 2>/dev/null
 	iperf_pid=
 	awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Mbits/sec") r = $i }
@@ -160,6 +162,7 @@ else
 	for d in 1 10 50 100 200; do check_ping "$d" 30 0.05; done
 	for d in 1 10 50 100; do check_iperf "$d" 1000 10 4; done
 	echo
+	echo "iperf3 with $cc, window up to 64 MiB (tcp_rmem/tcp_wmem), rate 1 Gbit/s (tbf)"
 	echo "| set RTT (ms) | ping RTT, median (ms) | min / avg (ms) | iperf3 goodput (Mbit/s) | expected (Mbit/s) |"
 	echo "|---:|---:|---:|---:|---:|"
 	for d in 1 10 50 100 200; do

@@ -7,7 +7,7 @@
 #
 #   tests/wan/wan.sh up [--rate RATE] [--delay MS] [--loss PCT] [NAMES]
 #                       [--bin PATH] [--gso on|off] [--tcp-max BYTES]
-#                       [--rt PRIO]
+#                       [--rt PRIO] [--cc ALGO]
 #   tests/wan/wan.sh down [NAMES]        stop the program, remove both ns
 #   tests/wan/wan.sh drop SECONDS [NAMES]  the link forwards nothing for
 #                                        SECONDS (blocks that long)
@@ -24,6 +24,10 @@
 # top of tcp_rmem/tcp_wmem in both namespaces (default 64 MiB). --rt runs
 # the delay programs SCHED_FIFO at PRIO (default 10; 0: not), so that on a
 # busy machine they still release packets on time: they are the wire.
+# --cc sets TCP's congestion control in both namespaces; without it they
+# inherit the host's default (Debian's is cubic; bbr on the machine whose
+# figures docs/replication.md shows). A program can still pick its own
+# (TCP_CONGESTION; iperf3 -C).
 # Needs root. Touches only the two namespaces it makes: the delay programs
 # and their iptables rules live in them, so `down` (or the namespaces'
 # deletion) leaves nothing behind even after a crash.
@@ -31,7 +35,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 srv=wisp-wan-srv cli=wisp-wan-cli
-rate=1gbit delay=0 loss=0 gso= tcp_max=$((64 << 20)) rt=10
+rate=1gbit delay=0 loss=0 gso= tcp_max=$((64 << 20)) rt=10 cc=
 bin=${WISP_WAN_DELAY:-${WISP_BUILD_DIR:-$top/build}/tests/wan/wisp-wan-delay}
 state=${WISP_WAN_STATE:-/run/wisp-wan}
 
@@ -97,6 +101,9 @@ up() {
 		ip netns exec "$ns" sysctl -q -w \
 			net.ipv4.tcp_rmem="4096 131072 $tcp_max" \
 			net.ipv4.tcp_wmem="4096 16384 $tcp_max"
+		[ -z "$cc" ] || ip netns exec "$ns" sysctl -q -w \
+			net.ipv4.tcp_congestion_control="$cc" ||
+			{ down; die "cannot set $cc (not in tcp_allowed_congestion_control, and no CAP_SYS_MODULE?)"; }
 	done
 	half=$(awk -v d="$delay" 'BEGIN { printf "%.6f", d / 2 }')
 	if ! start_delay "$srv" wisp-v0 1 "$half" ||
@@ -105,7 +112,7 @@ up() {
 		die "wisp-wan-delay did not start"
 	fi
 	echo "wan: $srv 198.18.0.1 <-> $cli 198.18.0.2: rate ${rate:-unlimited}," \
-		"RTT +${delay} ms, loss ${loss} %, gso $gso (logs $state/{$srv,$cli}.log)"
+		"RTT +${delay} ms, loss ${loss} %, gso $gso, tcp $(ip netns exec "$cli" sysctl -n net.ipv4.tcp_congestion_control) (logs $state/{$srv,$cli}.log)"
 }
 
 down() {
@@ -153,6 +160,7 @@ while [ $# -gt 0 ]; do
 	--gso) gso=${2:?}; shift 2 ;;
 	--tcp-max) tcp_max=${2:?}; shift 2 ;;
 	--rt) rt=${2:?}; shift 2 ;;
+	--cc) cc=${2:?}; shift 2 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
