@@ -280,16 +280,17 @@ static void release_due(uint64_t now)
  */
 static uint64_t arrival_ns(struct nlattr *tsattr, uint64_t now)
 {
-	struct nfqnl_msg_packet_timestamp *t;
+	struct nfqnl_msg_packet_timestamp t;
 	struct timespec rt;
 	uint64_t real, at;
 
-	if (!tsattr || mnl_attr_get_payload_len(tsattr) < sizeof(*t))
+	if (!tsattr || mnl_attr_get_payload_len(tsattr) < sizeof(t))
 		return now;
-	t = mnl_attr_get_payload(tsattr);
+	/* attributes are 4-aligned, the stamp's fields 8: copy it out */
+	memcpy(&t, mnl_attr_get_payload(tsattr), sizeof(t));
 	clock_gettime(CLOCK_REALTIME, &rt);
 	real = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec;
-	at = be64toh(t->sec) * 1000000000u + be64toh(t->usec) * 1000u;
+	at = be64toh(t.sec) * 1000000000u + be64toh(t.usec) * 1000u;
 	/* a stamp from the future or over 1 s old: a clock step; ignore */
 	if (at > real || real - at > 1000000000u || real - at > now)
 		return now;
@@ -299,14 +300,16 @@ static uint64_t arrival_ns(struct nlattr *tsattr, uint64_t now)
 static int on_packet(const struct nlmsghdr *nlh, void *data)
 {
 	struct nlattr *attr[NFQA_MAX + 1] = { 0 };
-	struct nfqnl_msg_packet_hdr *ph;
+	struct nfqnl_msg_packet_hdr ph;
 	uint64_t now = *(uint64_t *)data, at;
 	uint32_t id;
 
 	if (nfq_nlmsg_parse(nlh, attr) < 0 || !attr[NFQA_PACKET_HDR])
 		return MNL_CB_OK;
-	ph = mnl_attr_get_payload(attr[NFQA_PACKET_HDR]);
-	id = ntohl(ph->packet_id);
+	if (mnl_attr_get_payload_len(attr[NFQA_PACKET_HDR]) < sizeof(ph))
+		return MNL_CB_OK;
+	memcpy(&ph, mnl_attr_get_payload(attr[NFQA_PACKET_HDR]), sizeof(ph));
+	id = ntohl(ph.packet_id);
 	at = arrival_ns(attr[NFQA_TIMESTAMP], now);
 	st.queued++;
 	if (link_down(now)) {
