@@ -3,12 +3,12 @@
 # ping RTT within 5 % of the set delay, and single-stream iperf3 goodput
 # within 10 % of what the link allows, min(rate, window / RTT).
 #
-#   tests/wan/check.sh --quick [--bin PATH]  ~20 s: ping at 1 and 20 ms,
-#                                            iperf3 at 100 Mbit/s, 20 ms
-#   tests/wan/check.sh [--bin PATH] [--cc ALGO]  the full check (~3 min): ping
-#                       at 1, 10, 50, 100, 200 ms; iperf3 at 1 Gbit/s with
-#                       1, 10, 50, 100 ms; prints the table of
-#                       docs/replication.md
+#   tests/wan/check.sh --quick [--bin PATH]  ~25 s: ping at 1 and 20 ms,
+#                       iperf3 at 100 Mbit/s, 20 ms; 10 % loss; a link drop
+#   tests/wan/check.sh [--bin PATH] [--cc ALGO]  the full check (~3 min):
+#                       ping at 1, 10, 50, 100, 200 ms; iperf3 at 1 Gbit/s
+#                       with 1, 10, 50, 100 ms; 1 and 10 % loss; a link
+#                       drop; prints the table of docs/replication.md
 #
 # How it measures: the median of N pings after 10 unheeded (ping -U: user to user, since the
 # kernel stamps a reply before the delay is applied; ping runs SCHED_FIFO,
@@ -171,14 +171,72 @@ check_iperf() {
 	gput[$d]=$m expect[$d]=$e
 }
 
+# ping_received COUNT INTERVAL: how many of COUNT pings came back
+ping_received() {
+	ip netns exec "$cli" timeout 60 ping -n -q -c "$1" -i "$2" -W 1 \
+		198.18.0.1 | sed -n 's/.* \([0-9]*\) received.*/\1/p'
+}
+
+# check_loss PCT: each direction drops PCT %, so a ping comes back with
+# probability (1 - PCT/100)^2. The programs' generators have fixed seeds
+# and only the pings cross, so the count is the same each run; the bounds
+# are the binomial's +-4 sigma all the same.
+check_loss() {
+	local p=$1 n=300 got lo hi
+	up --delay 1 --loss "$p"
+	got=$(ping_received "$n" 0.01)
+	read -r lo hi < <(awk -v p="$p" -v n="$n" 'BEGIN {
+		q = (1 - p / 100) ^ 2; s = sqrt(n * q * (1 - q))
+		printf "%d %d\n", n * q - 4 * s, n * q + 4 * s + 1 }')
+	if [ -n "$got" ] && [ "$got" -ge "$lo" ] && [ "$got" -le "$hi" ]; then
+		printf 'ok   loss  %s %% each way: %s of %s pings back (want %s..%s)\n' \
+			"$p" "$got" "$n" "$lo" "$hi"
+	else
+		printf 'FAIL loss  %s %% each way: %s of %s pings back, want %s..%s\n' \
+			"$p" "$got" "$n" "$lo" "$hi"
+		fail=1
+	fi
+	no_drops
+}
+
+# check_drop: `wan.sh drop` forwards nothing while it lasts, then all
+check_drop() {
+	local during after dpid
+	up --delay 1
+	"$wan" drop 4 "${names[@]}" &
+	dpid=$!
+	# both ends down before the pings go (not a guess at how long it takes)
+	for _ in $(seq 100); do
+		[ "$(grep -l "link down" "$WISP_WAN_STATE"/*.log 2>/dev/null | wc -l)" = 2 ] &&
+			break
+		sleep 0.05
+	done
+	# 10 pings, the last one's wait over in 1.5 s: well inside the 4
+	during=$(ping_received 10 0.05)
+	wait "$dpid"
+	after=$(ping_received 10 0.05)
+	if [ "$during" = 0 ] && [ "$after" = 10 ]; then
+		echo "ok   drop  4 s: 0 of 10 pings back during it, 10 of 10 after"
+	else
+		echo "FAIL drop  4 s: ${during:-?} of 10 pings back during it (want 0), ${after:-?} of 10 after (want 10)"
+		fail=1
+	fi
+	no_drops
+}
+
 declare -A rtt minavg gput expect
 if [ "$quick" = 1 ]; then
 	check_ping 1 20 0.05
 	check_ping 20 20 0.05
 	check_iperf 20 100 5 2
+	check_loss 10
+	check_drop
 else
 	for d in 1 10 50 100 200; do check_ping "$d" 30 0.05; done
 	for d in 1 10 50 100; do check_iperf "$d" 1000 10 4; done
+	check_loss 1
+	check_loss 10
+	check_drop
 	echo
 	echo "iperf3 with $cc, window up to 64 MiB (tcp_rmem/tcp_wmem), rate 1 Gbit/s (tbf)"
 	echo "| set RTT (ms) | ping RTT, median (ms) | min / avg (ms) | iperf3 goodput (Mbit/s) | expected (Mbit/s) |"
