@@ -28,7 +28,7 @@ set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 wan=$top/tests/wan/wan.sh
-quick=0 bin= cc=cubic
+quick=0 bin='' cc=cubic
 srv=wisp-wanck$$-s cli=wisp-wanck$$-c
 port=5201 # inside our own namespaces: nothing else listens there
 fail=0
@@ -242,6 +242,7 @@ else
 	echo "| set RTT (ms) | ping RTT, median (ms) | min / avg (ms) | iperf3 goodput (Mbit/s) | expected (Mbit/s) |"
 	echo "|---:|---:|---:|---:|---:|"
 	for d in 1 10 50 100 200; do
+		# shellcheck disable=SC2086 # "min avg": two words
 		set -- ${minavg[$d]:-}
 		echo "| $d | ${rtt[$d]:-} | ${1:-} / ${2:-} | ${gput[$d]:--} | ${expect[$d]:--} |"
 	done

@@ -35,7 +35,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 srv=wisp-wan-srv cli=wisp-wan-cli
-rate=1gbit delay=0 loss=0 gso= tcp_max=$((64 << 20)) rt=10 cc=
+rate=1gbit delay=0 loss=0 gso='' tcp_max=$((64 << 20)) rt=10 cc=''
 bin=${WISP_WAN_DELAY:-${WISP_BUILD_DIR:-$top/build}/tests/wan/wisp-wan-delay}
 state=${WISP_WAN_STATE:-/run/wisp-wan}
 
@@ -66,10 +66,11 @@ stop_delay() {
 
 # start_delay NS IFACE SEED HALF: the program for NS's way in
 start_delay() {
-	local ns=$1 pid
+	local ns=$1 pid g=()
+	[ "$gso" = on ] && g=(--gso)
 	rm -f "$state/$ns.pid"
 	ip netns exec "$ns" ${rtcmd[@]+"${rtcmd[@]}"} "$bin" --iface "$2" --seed "$3" --delay "$4" \
-		--loss "$loss" $([ "$gso" = on ] && echo --gso) \
+		--loss "$loss" ${g[@]+"${g[@]}"} \
 		--pidfile "$state/$ns.pid" </dev/null >"$state/$ns.log" 2>&1 &
 	pid=$!
 	for _ in $(seq 100); do

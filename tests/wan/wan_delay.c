@@ -101,6 +101,7 @@ static struct held *ring;
 static uint32_t ring_mask, head, tail;	/* held = ring[head .. tail) */
 static uint64_t down_until_ns;		/* link down while now < this */
 
+__attribute__((format(printf, 1, 2)))
 static void say(const char *fmt, ...)
 {
 	va_list ap;
@@ -532,7 +533,8 @@ static void parse(int argc, char **argv)
 		{ "seed", 1, NULL, 's' }, { "outage", 1, NULL, 'o' },
 		{ "qmaxlen", 1, NULL, 'm' }, { "rcvbuf", 1, NULL, 'r' },
 		{ "gso", 0, NULL, 'g' }, { "pidfile", 1, NULL, 'p' },
-		{ "iptables", 1, NULL, 't' }, { NULL, 0, NULL, 0 },
+		{ "iptables", 1, NULL, 't' }, { "help", 0, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	bool have_delay = false;
 	int c;
