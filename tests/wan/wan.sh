@@ -91,10 +91,20 @@ up() {
 		ip netns list | awk '{print $1}' | grep -qxF "$ns" &&
 			die "$ns exists: run '$0 down' first"
 	done
+	[[ $delay =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay wants milliseconds, not '$delay'"
+	[[ $loss =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--loss wants a percentage, not '$loss'"
 	[ -n "$gso" ] || { [ "$loss" = 0 ] && gso=on || gso=off; }
 	rtcmd=()
-	[ "$rt" = 0 ] || rtcmd=(chrt -f "$rt")
+	if [ "$rt" != 0 ]; then
+		if chrt -f "$rt" true 2>/dev/null; then
+			rtcmd=(chrt -f "$rt")
+		else
+			echo "wan: no SCHED_FIFO here: the delay programs run at normal priority" >&2
+		fi
+	fi
 	mkdir -p "$state"
+	# a step that fails takes down what up made (set -e ends the script)
+	trap 'echo "wan: up failed; removing what it made" >&2; down' ERR
 	"$top/scripts/netns-link.sh" up --srv "$srv" --cli "$cli" \
 		${rate:+--rate "$rate"} >/dev/null
 	# a known window: autotuning up to tcp_max (docs/replication.md)
@@ -103,15 +113,15 @@ up() {
 			net.ipv4.tcp_rmem="4096 131072 $tcp_max" \
 			net.ipv4.tcp_wmem="4096 16384 $tcp_max"
 		[ -z "$cc" ] || ip netns exec "$ns" sysctl -q -w \
-			net.ipv4.tcp_congestion_control="$cc" ||
-			{ down; die "cannot set $cc (not in tcp_allowed_congestion_control, and no CAP_SYS_MODULE?)"; }
+			net.ipv4.tcp_congestion_control="$cc" || {
+			echo "wan: cannot set $cc (not in tcp_allowed_congestion_control, and no CAP_SYS_MODULE?)" >&2
+			false
+		}
 	done
 	half=$(awk -v d="$delay" 'BEGIN { printf "%.6f", d / 2 }')
-	if ! start_delay "$srv" wisp-v0 1 "$half" ||
-		! start_delay "$cli" wisp-v1 2 "$half"; then
-		down
-		die "wisp-wan-delay did not start"
-	fi
+	start_delay "$srv" wisp-v0 1 "$half" && start_delay "$cli" wisp-v1 2 "$half" ||
+		{ echo "wan: wisp-wan-delay did not start" >&2; false; }
+	trap - ERR
 	echo "wan: $srv 198.18.0.1 <-> $cli 198.18.0.2: rate ${rate:-unlimited}," \
 		"RTT +${delay} ms, loss ${loss} %, gso $gso, tcp $(ip netns exec "$cli" sysctl -n net.ipv4.tcp_congestion_control) (logs $state/{$srv,$cli}.log)"
 }
