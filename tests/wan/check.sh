@@ -3,7 +3,7 @@
 # ping RTT within 5 % of the set delay, and single-stream iperf3 goodput
 # within 10 % of what the link allows, min(rate, window / RTT).
 #
-#   tests/wan/check.sh --quick [--bin PATH]  ~25 s: ping at 1 and 20 ms,
+#   tests/wan/check.sh --quick [--bin PATH]  25-50 s: ping at 1 and 20 ms,
 #                       iperf3 at 100 Mbit/s, 20 ms; 10 % loss; a link drop
 #   tests/wan/check.sh [--bin PATH] [--cc ALGO]  the full check (~3 min):
 #                       ping at 1, 10, 50, 100, 200 ms; iperf3 at 1 Gbit/s
