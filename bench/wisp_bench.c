@@ -78,6 +78,7 @@ static const char *const poll_name[] = {
 enum test_id {
 	T_WRITE_64K,
 	T_WRITE_1M,
+	T_WRITE_4K,
 	T_READ_64K,
 	T_SEND_LAT,
 	T_COUNT,
@@ -92,6 +93,7 @@ struct test_desc {
 static const struct test_desc tests[T_COUNT] = {
 	[T_WRITE_64K] = { "write_64k", "RDMA WRITE 64 KiB", 64 * KIB },
 	[T_WRITE_1M] = { "write_1m", "RDMA WRITE 1 MiB", MIB },
+	[T_WRITE_4K] = { "write_4k", "RDMA WRITE 4 KiB", 4 * KIB },
 	[T_READ_64K] = { "read_64k", "RDMA READ 64 KiB", 64 * KIB },
 	[T_SEND_LAT] = { "send_lat", "SEND 8 B latency", LAT_MSG },
 };
@@ -1284,7 +1286,7 @@ static void usage(FILE *f)
 "  --engine E      uring, epoll or both (default: WISP_ENGINE if set,\n"
 "                  else uring when the kernel allows it, else epoll)\n"
 "  --tests LIST    comma-separated subset of write_64k,write_1m,\n"
-"                  read_64k,send_lat (all)\n"
+"                  write_4k,read_64k,send_lat (all)\n"
 "  --bw-poll M     how bandwidth runs wait for completions: busy (spin on\n"
 "                  ibv_poll_cq), yield (spin, sched_yield() when the CQ\n"
 "                  is empty) or event (sleep on the completion channel).\n"
@@ -1357,7 +1359,7 @@ static void tests_arg(struct cfg *c, const char *s)
 				break;
 		if (t == T_COUNT)
 			bad_option("--tests: unknown test '%s' (write_64k, "
-				   "write_1m, read_64k, send_lat)", tok);
+				   "write_1m, write_4k, read_64k, send_lat)", tok);
 		c->run[t] = true;
 	}
 	free(dup);
@@ -1556,6 +1558,7 @@ static void run_wisp(struct pair *p, const struct cfg *c, int e,
 	switch (t) {
 	case T_WRITE_64K:
 	case T_WRITE_1M:
+	case T_WRITE_4K:
 		wisp_write_bw(p, c, tests[t].size, m);
 		break;
 	case T_READ_64K:
@@ -1595,6 +1598,7 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	switch (t) {
 	case T_WRITE_64K:
 	case T_WRITE_1M:
+	case T_WRITE_4K:
 		tcp_write_bw(tests[t].size, c->window, tcp_count(c, r, t),
 			     &run);
 		break;

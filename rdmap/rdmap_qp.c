@@ -67,16 +67,17 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 			    sizeof(struct rdmap_recv_wr)))
 		goto err_sq;
 	qp->meta = calloc(qp->sq.size, sizeof(*qp->meta));
-	qp->fp = calloc(TX_BATCH, sizeof(*qp->fp));
-	qp->stage = malloc(STAGE_SIZE);
-	if (!qp->meta || !qp->fp || !qp->stage)
+	if (!qp->meta)
 		goto err_bufs;
+	qp->fp = qp->fp_small;
+	qp->fp_cap = TX_SMALL_FPDUS;
+	qp->iov = qp->iov_small;
+	qp->iov_cap = TX_SMALL_IOV;
+	qp->stage = qp->stage_small;
+	qp->stage_cap = STAGE_SMALL;
 	return qp;
 
 err_bufs:
-	free(qp->stage);
-	free(qp->fp);
-	free(qp->meta);
 	rdmap_ring_fini(&qp->rq);
 err_sq:
 	rdmap_ring_fini(&qp->sq);
@@ -125,8 +126,9 @@ void rdmap_qp_destroy(struct rdmap_qp *qp)
 	release_all(qp);
 	free(qp->ird);
 	free(qp->ord);
-	free(qp->stage);
-	free(qp->fp);
+	if (qp->stage != qp->stage_small)
+		free(qp->stage);
+	free(qp->fp_big);
 	free(qp->meta);
 	rdmap_ring_fini(&qp->rq);
 	rdmap_ring_fini(&qp->sq);

@@ -16,13 +16,25 @@
 
 #include "rdmap_qp.h"
 
-#define TX_BATCH        64        /* FPDUs per gathered send */
+/*
+ * Transmit batch and receive staging come in two sizes. A QP starts with
+ * the small ones, inside struct rdmap_qp, which carry an idle or lightly
+ * used connection (the RTR, a few SENDs, Read Requests). A batch that a
+ * small size cut short, or a staging read that filled the small buffer,
+ * makes the QP switch to the large ones (one allocation each, kept until
+ * the QP is destroyed): a thousand idle QPs then cost no more than their
+ * structs, while a stream moves many FPDUs per system call.
+ */
+#define TX_BATCH        128       /* FPDUs per gathered send (large) */
 #define TX_BATCH_BYTES  (1u << 20)
-#define TX_IOV_MAX      1024
+#define TX_IOV_MAX      1024      /* iovecs per gathered send (large) */
+#define TX_SMALL_FPDUS  4         /* the same, small */
+#define TX_SMALL_IOV    64
 #define HDR_MAX         (DDP_UNTAGGED_HDR_LEN + RDMAP_READ_REQ_LEN)
 #define STAGE_SIZE      (64 * 1024)
+#define STAGE_SMALL     2048
 #define SMALL_READ      64        /* staging read after a large FPDU */
-#define DIRECT_MIN      1024      /* payload worth a recv of its own */
+#define DIRECT_MIN      8192      /* payload worth a recv of its own */
 #define RTR_STAG        0x100     /* any non-zero STag: never checked */
 
 /* Engine-side state of each SQ slot. */
@@ -125,22 +137,28 @@ struct rdmap_qp {
 	bool term_sent;
 	struct rdmap_terminate term;
 
-	struct tx_fpdu *fp;
+	struct tx_fpdu *fp;       /* fp_small or the large batch */
+	struct iovec *iov;        /* iov_small or the large batch's */
+	int fp_cap, iov_cap;
+	bool tx_grow;             /* a small batch was cut short */
+	struct tx_fpdu *fp_big;   /* the large batch (one allocation with
+				   * its iovecs), or NULL */
 	int nfp, fp_done;
-	struct iovec iov[TX_IOV_MAX];
 	int niov, iov_cur;
 	size_t iov_off;           /* octets of iov[iov_cur] already sent */
 	size_t b_total, b_sent;
 
 	/* ---- receive ---- */
 	struct mpa_rx mrx;
-	uint8_t *stage;
+	uint8_t *stage;           /* stage_small or the large stage */
+	size_t stage_cap;
 	size_t st_head, st_tail;
+	size_t st_offer;          /* octets the last staging read offered */
+	bool rx_grow;             /* a staging read filled the small stage */
 	bool last_big;            /* the previous ULPDU was large */
 	bool rx_direct;           /* the last rx_want was a direct placement */
 	struct iovec dir[RDMAP_MAX_SGE];
 	int ndir;
-	uint8_t discard[4096];
 	uint32_t rx_msn[RDMAP_QN__COUNT];
 	bool rx_any;              /* at least one FPDU received */
 
@@ -163,6 +181,11 @@ struct rdmap_qp {
 
 	uint8_t term_buf[RDMAP_TERM_MAX_LEN];
 	uint32_t term_have;
+
+	/* ---- the small batch and stage (see TX_SMALL_FPDUS) ---- */
+	struct tx_fpdu fp_small[TX_SMALL_FPDUS];
+	struct iovec iov_small[TX_SMALL_IOV];
+	uint8_t stage_small[STAGE_SMALL];
 
 	/* ---- counters (rdmap_qp_stats.c) ---- */
 	struct rdmap_qp_stats *st;   /* cfg.stats or own_st */

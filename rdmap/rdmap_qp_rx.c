@@ -10,6 +10,7 @@
 #include "rdmap_qp_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
@@ -604,15 +605,31 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
 	}
 }
 
+/* Switch to the large stage (see TX_SMALL_FPDUS), between reads only:
+ * the stage is empty then. Without memory the small one keeps working. */
+static void stage_grow(struct rdmap_qp *qp)
+{
+	uint8_t *st = malloc(STAGE_SIZE);
+
+	qp->rx_grow = false;
+	if (!st)
+		return;
+	qp->stage = st;
+	qp->stage_cap = STAGE_SIZE;
+}
+
 int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 {
 	const struct rx_op *op = &rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
 	size_t contig;
 
 	qp->rx_direct = false;
+	qp->st_offer = 0;
 	if (rdmap_qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
-		iov[0].iov_base = qp->discard;
-		iov[0].iov_len = sizeof(qp->discard);
+		/* Dropped octets: read into the (empty) stage and ignored. */
+		qp->st_head = qp->st_tail = 0;
+		iov[0].iov_base = qp->stage;
+		iov[0].iov_len = qp->stage_cap;
 		return 1;
 	}
 	contig = mpa_rx_contig(&qp->mrx);
@@ -628,13 +645,18 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		qp->rx_direct = true;
 		return qp->ndir;
 	}
-	if (qp->st_head == qp->st_tail)
+	if (qp->st_head == qp->st_tail) {
 		qp->st_head = qp->st_tail = 0;
+		if (qp->rx_grow)
+			stage_grow(qp);
+	}
 	iov[0].iov_base = qp->stage + qp->st_tail;
-	iov[0].iov_len = STAGE_SIZE - qp->st_tail;
+	iov[0].iov_len = qp->stage_cap - qp->st_tail;
 	if (qp->last_big && qp->st_head == qp->st_tail &&
 	    iov[0].iov_len > SMALL_READ)
 		iov[0].iov_len = SMALL_READ;
+	else
+		qp->st_offer = iov[0].iov_len;
 	return 1;
 }
 
@@ -666,6 +688,11 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 		}
 		qp->rx_direct = false;
 	} else {
+		/* A read that filled the whole small stage left more in the
+		 * socket: a stream, worth the large stage. */
+		if (qp->stage == qp->stage_small && qp->st_offer &&
+		    n == qp->st_offer)
+			qp->rx_grow = true;
 		qp->st_tail += n;
 		rx_feed(qp, qp->stage + qp->st_head, qp->st_tail - qp->st_head,
 			false);

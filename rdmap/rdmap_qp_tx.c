@@ -4,7 +4,8 @@
  *
  * Work requests become DDP segments no larger than MULPDU, each framed by
  * mpa_fpdu_frame() into an iovec list that points at the caller's
- * buffers. Up to TX_BATCH FPDUs go to the kernel in one gathered send; a
+ * buffers. Up to TX_BATCH FPDUs (TX_SMALL_FPDUS until the QP has needed
+ * more) go to the kernel in one gathered send; a
  * WR completes once its last octet has been handed over (Reads: once the
  * last Read Response arrived), in SQ order (RFC 5040 5.5). Read
  * Responses, the RFC 6581 RTR and its nudges, and Terminates go out here
@@ -13,6 +14,7 @@
 #include "rdmap_qp_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
@@ -34,11 +36,35 @@ bool rdmap_qp_tx_pending(const struct rdmap_qp *qp)
 						     memory_order_acquire);
 }
 
-/* Room for one more FPDU with up to npay payload iovecs? */
-static bool batch_room(const struct rdmap_qp *qp, int npay)
+/* Room for one more FPDU with up to npay payload iovecs? A small batch
+ * that is full asks for the large one (tx_grow). */
+static bool batch_room(struct rdmap_qp *qp, int npay)
 {
-	return qp->nfp < TX_BATCH && qp->b_total < TX_BATCH_BYTES &&
-	       qp->niov + npay + 3 + 2 * 2 <= TX_IOV_MAX;
+	if (qp->nfp < qp->fp_cap && qp->b_total < TX_BATCH_BYTES &&
+	    qp->niov + npay + 3 + 2 * 2 <= qp->iov_cap)
+		return true;
+	if (!qp->fp_big)
+		qp->tx_grow = true;
+	return false;
+}
+
+/* Switch to the large batch (between batches only: nothing in flight
+ * points into the small one). Its iovecs follow its FPDUs in the same
+ * allocation. Returns false if there is no memory: the small batch
+ * keeps working. */
+static bool batch_grow(struct rdmap_qp *qp)
+{
+	struct tx_fpdu *fp = calloc(1, TX_BATCH * sizeof(struct tx_fpdu) +
+					  TX_IOV_MAX * sizeof(struct iovec));
+
+	qp->tx_grow = false;
+	if (!fp)
+		return false;
+	qp->fp_big = qp->fp = fp;
+	qp->fp_cap = TX_BATCH;
+	qp->iov = (struct iovec *)(fp + TX_BATCH);
+	qp->iov_cap = TX_IOV_MAX;
+	return true;
 }
 
 /* Frame one ULPDU: header h (with payload pay[0..npay)) into the batch. */
@@ -62,7 +88,7 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 		plen += pay[i].iov_len;
 	}
 	n = mpa_fpdu_frame(&qp->mtx, ul, npay + 1, &f->scr,
-			   qp->iov + qp->niov, TX_IOV_MAX - qp->niov);
+			   qp->iov + qp->niov, qp->iov_cap - qp->niov);
 	if (n < 0)
 		return n;
 	for (i = 0; i < n; i++)
@@ -406,36 +432,33 @@ static int tx_view(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	return n;
 }
 
-int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
+/* Build a new batch: the Terminate, the RTR or nudge, Read Responses and
+ * WRs. Returns <0 on a local failure. */
+static int tx_build(struct rdmap_qp *qp)
 {
 	int ret = 0;
 
-	if (qp->b_sent < qp->b_total)
-		return tx_view(qp, iov, cap);
 	qp->nfp = qp->fp_done = 0;
 	qp->niov = qp->iov_cur = 0;
 	qp->iov_off = qp->b_total = qp->b_sent = 0;
-
-	if (qp->term_pending) {
-		ret = tx_terminate(qp);
-		goto out;
-	}
+	if (qp->term_pending)
+		return tx_terminate(qp);
 	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
-		goto out;
+		return 0;
 	if (qp->rtr_pending) {
 		ret = tx_rtr(qp);
 		if (ret < 0)
-			goto out;
+			return ret;
 	}
 	if (qp->nudge_pending) {
 		qp->nudge_pending = false;
 		RDMAP_STAT_ADD(qp->st->rtr_nudges, 1);
 		ret = tx_zero_write(qp);
 		if (ret < 0)
-			goto out;
+			return ret;
 	}
 	if (qp->tx_hold)
-		goto out;
+		return 0;
 	for (;;) {
 		if (qp->ird_head != qp->ird_tail) {
 			/* Read Responses go first: the peer's Reads are
@@ -447,9 +470,55 @@ int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
 			ret = 0;
 		}
 		if (ret <= 0 || rdmap_qp_state(qp) != RDMAP_QP_RTS)
-			break;
+			return ret;
 	}
-out:
+}
+
+/* Would the work at hand overflow the small batch? A message that takes
+ * more FPDUs than it holds, a queue of several WRs, a long Read
+ * Response: then the large batch is taken before building, so that a
+ * message goes out in one gathered send from its first batch on. */
+static bool tx_wants_big(const struct rdmap_qp *qp)
+{
+	uint64_t small = (uint64_t)(TX_SMALL_FPDUS - 1) *
+			 (qp->s.mulpdu - DDP_TAGGED_HDR_LEN);
+	uint32_t tail = atomic_load_explicit(&qp->sq.tail,
+					     memory_order_acquire);
+	const struct rdmap_send_wr *wr;
+
+	if (qp->tx_grow || qp->cur.active)
+		return true;
+	if (qp->ird_head != qp->ird_tail) {
+		const struct ird_entry *e = &qp->ird[qp->ird_head %
+						      qp->ird_size];
+
+		if (e->rr.size - e->sent > small ||
+		    qp->ird_tail - qp->ird_head >= TX_SMALL_FPDUS)
+			return true;
+	}
+	if (tail == qp->sq_txpos)
+		return false;
+	if (tail - qp->sq_txpos >= TX_SMALL_FPDUS)
+		return true;
+	wr = rdmap_ring_slot(&qp->sq, qp->sq_txpos);
+	/* A READ sends one small request per sink SGE. */
+	return wr->opcode != RDMAP_WR_READ && wr->length > small;
+}
+
+int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	int ret;
+
+	if (qp->b_sent < qp->b_total)
+		return tx_view(qp, iov, cap);
+	if (!qp->fp_big && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
+	    tx_wants_big(qp))
+		batch_grow(qp);
+	ret = tx_build(qp);
+	/* Not even one FPDU fitted the small batch (many SGEs, markers):
+	 * build again in the large one, or fail. */
+	if (ret >= 0 && qp->b_total == 0 && qp->tx_grow)
+		ret = batch_grow(qp) ? tx_build(qp) : -ENOMEM;
 	if (ret < 0)
 		qp_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC),
 		      NULL, 0, 0);
