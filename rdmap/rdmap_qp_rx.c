@@ -539,7 +539,10 @@ static void rx_data(struct rdmap_qp *qp, struct rx_in *in)
 /* The current FPDU ended: MPA checked its length, pad and CRC. */
 static void rx_fpdu_end(struct rdmap_qp *qp)
 {
-	qp->last_big = qp->ulpdu_len >= 2048;
+	/* Large enough that the next FPDU's payload, if it is as large,
+	 * goes straight into place: read only its header first. Smaller
+	 * FPDUs are read many per system call into the stage. */
+	qp->last_big = qp->ulpdu_len >= 2 * DIRECT_MIN;
 	if (!qp->rx_any) {
 		qp->rx_any = true;
 		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */

@@ -999,3 +999,117 @@ Test(qp, dereg_of_memory_in_the_batch_aborts_the_stream)
 	rdmap_qp_destroy(qp);
 	rdmap_stag_table_fini(&t);
 }
+
+/* ---- system calls per FPDU: batching on both sides ---- */
+
+static int bt_ncqe;
+
+static void bt_complete(void *arg, const struct rdmap_cqe *c)
+{
+	(void)arg;
+	cr_assert_eq(c->status, RDMAP_WC_SUCCESS);
+	bt_ncqe++;
+}
+
+#define BT_WRS   32
+#define BT_SIZE  4096u
+#define BT_WIRE  (BT_WRS * (BT_SIZE + 64))
+
+/*
+ * 32 WRITEs of 4 KiB, one FPDU each (MULPDU 8 KiB: FPDUs too small to be
+ * received straight into place, as on a link with a larger MSS than
+ * Ethernet's or with FPDUs a few KiB long). The sender must hand them
+ * to the kernel in few gathered sends (here: tx_fill calls), and the
+ * receiver must take many of them per read (rx_want / rx_done cycles,
+ * each a recvmsg in the engine) and place every octet. The bounds are
+ * loose (a quarter of one call per FPDU) but a QP that sends or reads
+ * one FPDU, or one header, per system call fails them.
+ */
+Test(qp, many_small_fpdus_per_send_and_per_receive)
+{
+	static const struct rdmap_qp_ops o = { .complete = bt_complete };
+	static uint8_t src[BT_SIZE], dst[BT_WRS * BT_SIZE], wire[BT_WIRE];
+	struct rdmap_stag_table t;
+	struct rdmap_mr smr = { .addr = src, .iova = 0x1000,
+				.length = sizeof(src), .pd = (void *)1 };
+	struct rdmap_mr dmr = { .addr = dst, .iova = 0x100000,
+				.length = sizeof(dst), .pd = (void *)1,
+				.access = RDMAP_ACC_REMOTE_WRITE };
+	struct rdmap_qp_cfg cfg = { .pd = (void *)1, .stags = &t, .ops = &o,
+				    .sq_size = BT_WRS, .rq_size = 4,
+				    .access = RDMAP_ACC_REMOTE_WRITE };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 8192,
+				      .crc = true };
+	struct rdmap_qp *tx, *rx;
+	struct iovec iov[1024];
+	size_t len = 0, off = 0;
+	int fills = 0, reads = 0;
+
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)(i * 7 + 3);
+	cr_assert_eq(rdmap_stag_table_init(&t, 16), 0);
+	cr_assert_eq(rdmap_stag_insert(&t, &smr), 0);
+	cr_assert_eq(rdmap_stag_insert(&t, &dmr), 0);
+	atomic_store(&dmr.valid, true);
+	atomic_store(&smr.valid, true);
+	tx = rdmap_qp_create(&cfg);
+	rx = rdmap_qp_create(&cfg);
+	cr_assert(tx && rx);
+	cr_assert_eq(rdmap_qp_start(tx, &s), 0);
+	cr_assert_eq(rdmap_qp_start(rx, &s), 0);
+	for (uint32_t i = 0; i < BT_WRS; i++) {
+		struct rdmap_send_wr *w = rdmap_ring_slot(rdmap_qp_sq(tx), i);
+
+		memset(w, 0, sizeof(*w));
+		w->wr_id = i;
+		w->opcode = RDMAP_WR_WRITE;
+		w->flags = RDMAP_WR_SIGNALED;
+		w->num_sge = 1;
+		w->sge[0] = (struct rdmap_sge){ smr.iova, BT_SIZE, smr.stag };
+		w->length = BT_SIZE;
+		w->rkey = dmr.stag;
+		w->remote_addr = dmr.iova + (uint64_t)i * BT_SIZE;
+	}
+	atomic_store(&rdmap_qp_sq(tx)->tail, BT_WRS);
+	for (int n; (n = rdmap_qp_tx_fill(tx, iov, 1024)) > 0; fills++) {
+		size_t bytes = 0;
+
+		for (int i = 0; i < n; i++) {
+			cr_assert_leq(len + iov[i].iov_len, sizeof(wire));
+			memcpy(wire + len, iov[i].iov_base, iov[i].iov_len);
+			len += iov[i].iov_len;
+			bytes += iov[i].iov_len;
+		}
+		rdmap_qp_tx_done(tx, bytes);
+	}
+	cr_assert_eq(bt_ncqe, BT_WRS, "every WRITE completed at the sender");
+	cr_assert_leq(fills, BT_WRS / 4, "%d FPDUs took %d gathered sends",
+		      BT_WRS, fills);
+	while (off < len) {
+		int n = rdmap_qp_rx_want(rx, iov, 8);
+		size_t got = 0;
+
+		cr_assert_gt(n, 0);
+		for (int i = 0; i < n && off < len; i++) {
+			size_t k = len - off < iov[i].iov_len ? len - off
+							     : iov[i].iov_len;
+
+			memcpy(iov[i].iov_base, wire + off, k);
+			off += k;
+			got += k;
+		}
+		rdmap_qp_rx_done(rx, got);
+		reads++;
+		cr_assert_eq(rdmap_qp_state(rx), RDMAP_QP_RTS);
+	}
+	cr_assert_leq(reads, BT_WRS / 4, "%d FPDUs took %d receives", BT_WRS,
+		      reads);
+	for (uint32_t i = 0; i < BT_WRS; i++)
+		cr_assert_eq(memcmp(dst + (size_t)i * BT_SIZE, src, BT_SIZE), 0,
+			     "WRITE %u placed", i);
+	cr_log_info("%d FPDUs of 4 KiB: %d gathered sends, %d receives",
+		    BT_WRS, fills, reads);
+	rdmap_qp_destroy(tx);
+	rdmap_qp_destroy(rx);
+	rdmap_stag_table_fini(&t);
+}
