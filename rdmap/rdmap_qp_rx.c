@@ -2,10 +2,12 @@
 /*
  * rdmap_qp_rx.c - the receive side of the RDMAP queue pair.
  *
- * Octets land in a small staging buffer until an FPDU's DDP and RDMAP
- * headers are known and checked; the rest of the payload is then
- * received straight into the target (registered memory or the posted
- * receive buffer) and the MPA decoder runs its CRC over what was placed.
+ * Octets land in the staging buffer, many FPDUs per read, and are
+ * parsed there: each FPDU's DDP and RDMAP headers are checked before its
+ * payload is copied to the target (registered memory or the posted
+ * receive buffer). A payload of DIRECT_MIN octets or more is instead
+ * received straight into the target once its header is checked, and the
+ * MPA decoder runs its CRC over what was placed.
  */
 #include "rdmap_qp_internal.h"
 
