@@ -436,7 +436,7 @@ static int tx_view(struct rdmap_qp *qp, struct iovec *iov, int cap)
  * WRs. Returns <0 on a local failure. */
 static int tx_build(struct rdmap_qp *qp)
 {
-	int ret = 0;
+	int ret;
 
 	qp->nfp = qp->fp_done = 0;
 	qp->niov = qp->iov_cur = 0;
