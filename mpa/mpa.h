@@ -158,10 +158,16 @@ struct mpa_rr {
 	uint8_t rtr;              /* set of enum mpa_rtr; needs p2p */
 	const uint8_t *pdata;     /* parse: points into the input buffer */
 	uint16_t pdata_len;
+	/* wisp's large-FPDU extension (below): build appends it after
+	 * pdata when nonzero. mpa_rr_parse() leaves a received one inside
+	 * pdata and this 0; mpa_nego_check_request() and mpa_nego_reply()
+	 * take it out of pdata into this field. */
+	uint16_t ext_max_ulpdu;
 };
 
 /* Octets of the encoded frame, or -EINVAL / -EMSGSIZE if it cannot be
- * encoded (bad revision, enhanced with rev 1, private data too long). */
+ * encoded (bad revision, enhanced with rev 1, private data with the
+ * extension too long). */
 int mpa_rr_len(const struct mpa_rr *rr);
 
 /* The PD_Length field of a received Request/Reply header (hdr holds at
@@ -184,6 +190,56 @@ int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap);
  */
 int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 		 struct mpa_rr *rr, enum mpa_error *err);
+
+/* ------------------------------------------------------------------ */
+/* wisp's large-FPDU extension                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Not an RFC: an extension wisp peers carry at the END of the private
+ * data of the Request and the Reply, after the ULP's own (docs/
+ * wire-formats.md draws it, docs/interop.md argues the place). It names
+ * the largest ULPDU_Length its sender accepts; two wisp peers that both
+ * sent it frame FPDUs up to that size instead of one TCP segment's. A
+ * third party hands it to its application as trailing private data.
+ *
+ * Version 1 is 16 octets. It is found from the end of the private data:
+ * the last 8 octets are the magic, the 2 before them its length, so a
+ * later version can grow at the front and still be found and skipped.
+ *
+ *   0: Max_ULPDU (16)   2: reserved (16)   4: Version (8)   5: reserved (8)
+ *   6: Ext_Length (16)  8: magic "WISP-EXT" (8 octets)
+ */
+#define MPA_EXT_LEN            16   /* version 1, as sent */
+#define MPA_EXT_VERSION        1
+#define MPA_EXT_MAGIC_LEN      8
+#define MPA_EXT_OFF_MAX_ULPDU  0    /* from the extension's first octet */
+#define MPA_EXT_OFF_VERSION    4
+#define MPA_EXT_OFF_LEN        6
+#define MPA_EXT_OFF_MAGIC      8
+/*
+ * The extension is only sent when the ULP's private data and it together
+ * fit in 255 octets: rdma_cm's private_data_len is 8 bits (struct
+ * rdma_conn_param, struct rdma_cm_event), so a third party's connection
+ * manager can hand all of it to its application.
+ */
+#define MPA_EXT_ULP_PD_MAX     255
+
+extern const uint8_t mpa_ext_magic[MPA_EXT_MAGIC_LEN];
+
+/* Write the version 1 extension for max_ulpdu into out[0..MPA_EXT_LEN). */
+void mpa_ext_put(uint8_t out[MPA_EXT_LEN], uint16_t max_ulpdu);
+
+/*
+ * If pdata[0..len) ends with a well-formed extension (magic, a length
+ * from MPA_EXT_LEN to len, a version of 1 or more), return its length
+ * and set *max_ulpdu from it; else return 0 and leave *max_ulpdu alone.
+ * Anything else, a truncated or garbled extension included, is not one:
+ * it stays the ULP's private data, as a third party would deliver it.
+ * Never reads outside pdata[0..len).
+ */
+uint16_t mpa_ext_find(const uint8_t *pdata, uint16_t len,
+		      uint16_t *max_ulpdu);
 
 /* ------------------------------------------------------------------ */
 /* Sizes                                                              */
@@ -374,6 +430,9 @@ struct mpa_prefs {
 	uint16_t ord;             /* wanted local ORD (clamped to the limit) */
 	const uint8_t *pdata;     /* ULP private data */
 	uint16_t pdata_len;
+	uint16_t ext_max_ulpdu;   /* the largest ULPDU this side accepts,
+				   * offered in wisp's extension; 0: none
+				   * (WISP_BIG_FPDU=off) */
 };
 
 /* The outcome of a successful exchange, for the local end. */
@@ -387,14 +446,21 @@ struct mpa_params {
 	uint16_t ord;             /* local ORD to configure */
 	uint16_t peer_ird;        /* IRD / ORD as the peer sent them (RFC */
 	uint16_t peer_ord;        /* 6581 9.1: passed to the ULP); 0 if none */
-	const uint8_t *peer_pdata; /* the peer's ULP private data */
+	const uint8_t *peer_pdata; /* the peer's ULP private data, without
+				    * wisp's extension */
 	uint16_t peer_pdata_len;
+	uint16_t peer_max_ulpdu;  /* both sides sent wisp's extension (the
+				   * Responder: the Request had it and local
+				   * offers one): the largest ULPDU the peer
+				   * accepts. 0: FPDUs fit one TCP segment */
 };
 
 /*
  * Initiator: the Request for prefs into *req (type MPA_REQUEST). Rev 2
  * always carries the RFC 6581 IRD/ORD words; with p2p it offers
- * prefs->rtr. req->pdata points at prefs->pdata.
+ * prefs->rtr. req->pdata points at prefs->pdata. prefs->ext_max_ulpdu
+ * is offered in wisp's extension if the private data leaves room
+ * (MPA_EXT_ULP_PD_MAX); else req->ext_max_ulpdu is 0.
  * Returns 0, -EINVAL for invalid prefs (rev, p2p with rev 1),
  * -EOPNOTSUPP if markers are asked for, -EMSGSIZE if the private data
  * does not fit (512 octets, IRD/ORD words included).
@@ -404,7 +470,8 @@ int mpa_nego_request(const struct mpa_prefs *prefs, struct mpa_rr *req);
 /*
  * Responder, first step: examine a received Request frame buf[0..len).
  * Returns the frame length (> 0) with *req parsed (req->pdata points into
- * buf) when the ULP may now accept or reject it;
+ * buf; a wisp extension at its end is taken out into req->ext_max_ulpdu)
+ * when the ULP may now accept or reject it;
  * -EAGAIN if buf holds only part of a frame;
  * -ECONNREFUSED with *err set when MPA itself refuses a well-formed
  *   Request (markers asked for, or S set without the IRD/ORD words): send
@@ -420,7 +487,10 @@ int mpa_nego_check_request(const uint8_t *buf, size_t len,
 /*
  * Responder, accept: the Reply to a Request that passed
  * mpa_nego_check_request() and the resulting parameters. reply->pdata
- * points at local->pdata, params->peer_pdata at req->pdata.
+ * points at local->pdata, params->peer_pdata at req->pdata. If req has
+ * wisp's extension and local->ext_max_ulpdu is set, params->peer_max_ulpdu
+ * is the Request's and the Reply carries local's extension (if local's
+ * private data leaves room; a Reject never does).
  * Returns 0, -EINVAL for invalid arguments, -EOPNOTSUPP if local asks for
  * markers, -EMSGSIZE if local private data does not fit.
  */
@@ -439,7 +509,9 @@ int mpa_nego_reject(const struct mpa_rr *req, const struct mpa_prefs *local,
  * Initiator: process the Reply frame buf[0..len) to the Request req that
  * was sent with prefs local.
  * Returns the frame length (> 0) with *params filled when the connection
- *   may enter full operation;
+ *   may enter full operation (params->peer_max_ulpdu set only if req
+ *   offered wisp's extension and the Reply carried one; a Reply's
+ *   extension is never part of params->peer_pdata);
  * -ECONNREFUSED when the Responder rejected it: params->peer_pdata,
  *   peer_ird, peer_ord hold what the Reply carried;
  * -EPROTO with *err set when it must be closed: a malformed Reply

@@ -21,6 +21,13 @@
  *    WRITE RTR; the SEND RTR is only offered or accepted when asked for,
  *    because it needs a receive posted by the peer's ULP (siw does not
  *    support it either).
+ *  - wisp's large-FPDU extension (mpa.h, docs/wire-formats.md) rides at
+ *    the end of the private data. The Initiator offers it when the ULP's
+ *    data leaves room; the Responder answers with its own only to a
+ *    Request that had one, and never in a Reject. A received extension
+ *    is always taken out of the private data before the ULP sees it,
+ *    whether or not this side uses it; what does not parse as one is
+ *    the ULP's data.
  */
 #include <errno.h>
 #include <string.h>
@@ -43,6 +50,29 @@ static uint16_t min16(uint16_t a, uint16_t b)
 static uint16_t max16(uint16_t a, uint16_t b)
 {
 	return a > b ? a : b;
+}
+
+/* The extension offered with ULP private data of pdata_len octets, or 0
+ * if there is no room for it (MPA_EXT_ULP_PD_MAX). */
+static uint16_t ext_offer(uint16_t want, uint16_t pdata_len)
+{
+	return pdata_len + MPA_EXT_LEN <= MPA_EXT_ULP_PD_MAX ? want : 0;
+}
+
+/* Move a received extension out of rr's private data into
+ * rr->ext_max_ulpdu (0 if there is none). */
+static void ext_take(struct mpa_rr *rr)
+{
+	uint16_t max = 0, n;
+
+	rr->ext_max_ulpdu = 0;
+	n = mpa_ext_find(rr->pdata, rr->pdata_len, &max);
+	if (!n)
+		return;
+	rr->pdata_len -= n;
+	if (!rr->pdata_len)
+		rr->pdata = NULL;
+	rr->ext_max_ulpdu = max;
 }
 
 /* One RTR out of set: the preferred one if present, else READ, WRITE,
@@ -110,6 +140,7 @@ int mpa_nego_request(const struct mpa_prefs *prefs, struct mpa_rr *req)
 	}
 	req->pdata = prefs->pdata_len ? prefs->pdata : NULL;
 	req->pdata_len = prefs->pdata_len;
+	req->ext_max_ulpdu = ext_offer(prefs->ext_max_ulpdu, prefs->pdata_len);
 
 	len = mpa_rr_len(req);
 	return len < 0 ? len : 0;
@@ -206,6 +237,14 @@ static int build_reply(const struct mpa_rr *req, const struct mpa_prefs *local,
 
 	reply->pdata = local->pdata_len ? local->pdata : NULL;
 	reply->pdata_len = local->pdata_len;
+	/* Large FPDUs each way only between two wisp peers: the Request
+	 * said what the Initiator accepts, and this side sends up to that
+	 * whether or not its Reply has room to say what it accepts. */
+	if (req->ext_max_ulpdu && local->ext_max_ulpdu) {
+		params->peer_max_ulpdu = req->ext_max_ulpdu;
+		reply->ext_max_ulpdu = ext_offer(local->ext_max_ulpdu,
+						 local->pdata_len);
+	}
 	len = mpa_rr_len(reply);
 	if (len < 0)
 		return len;
@@ -246,6 +285,7 @@ int mpa_nego_check_request(const uint8_t *buf, size_t len,
 	}
 	if (ret < 0)
 		return ret;
+	ext_take(req);
 
 	if (req->markers) {
 		struct mpa_params unused;
@@ -259,6 +299,7 @@ int mpa_nego_check_request(const uint8_t *buf, size_t len,
 		quiet.pdata = NULL;
 		quiet.pdata_len = 0;
 		quiet.markers = false;
+		quiet.ext_max_ulpdu = 0;
 		r = build_reply(req, &quiet, reject, &unused);
 		if (r)
 			return r;
@@ -286,8 +327,10 @@ int mpa_nego_reject(const struct mpa_rr *req, const struct mpa_prefs *local,
 		return ret;
 	/* RFC 6581 9.1 lets the Reject carry the Responder's IRD/ORD ("specify
 	 * the required ORD in the MPA Reject Frame responder ORD"); they are
-	 * the values an accept would have sent. */
+	 * the values an accept would have sent. No extension: there will be
+	 * no FPDUs. */
 	reply->reject = true;
+	reply->ext_max_ulpdu = 0;
 	return 0;
 }
 
@@ -329,6 +372,7 @@ int mpa_nego_reply(const struct mpa_rr *req, const struct mpa_prefs *local,
 	}
 	if (ret < 0)
 		return ret;
+	ext_take(&rep);
 
 	params->rev = rep.rev;
 	params->peer_pdata = rep.pdata;
@@ -399,5 +443,10 @@ int mpa_nego_reply(const struct mpa_rr *req, const struct mpa_prefs *local,
 	}
 	params->ird = ird;
 	params->ord = ord;
+	/* Large FPDUs only if the Request offered the extension and the
+	 * Reply answered it; a Reply's extension to a Request without one
+	 * is taken out of the private data and otherwise ignored. */
+	if (req->ext_max_ulpdu && rep.ext_max_ulpdu)
+		params->peer_max_ulpdu = rep.ext_max_ulpdu;
 	return ret;
 }

@@ -63,8 +63,8 @@ static int mpa_rr_check(const struct mpa_rr *rr)
 		return -EINVAL;
 	if (rr->pdata_len && !rr->pdata)
 		return -EINVAL;
-	if ((size_t)rr->pdata_len + (rr->enhanced ? MPA_IRD_ORD_LEN : 0) >
-	    MPA_PD_MAX)
+	if ((size_t)rr->pdata_len + (rr->enhanced ? MPA_IRD_ORD_LEN : 0) +
+	    (rr->ext_max_ulpdu ? MPA_EXT_LEN : 0) > MPA_PD_MAX)
 		return -EMSGSIZE;
 	return 0;
 }
@@ -79,7 +79,7 @@ int mpa_rr_len(const struct mpa_rr *rr)
 	if (ret)
 		return ret;
 	return MPA_RR_HDR_LEN + (rr->enhanced ? MPA_IRD_ORD_LEN : 0) +
-	       rr->pdata_len;
+	       rr->pdata_len + (rr->ext_max_ulpdu ? MPA_EXT_LEN : 0);
 }
 
 int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap)
@@ -122,6 +122,10 @@ int mpa_rr_build(const struct mpa_rr *rr, uint8_t *buf, size_t cap)
 	}
 	if (rr->pdata_len)
 		memcpy(p, rr->pdata, rr->pdata_len);
+	/* Last, so that a peer that does not know it finds the ULP's data
+	 * where it was sent (docs/interop.md). */
+	if (rr->ext_max_ulpdu)
+		mpa_ext_put(p + rr->pdata_len, rr->ext_max_ulpdu);
 	return len;
 }
 
@@ -204,6 +208,52 @@ int mpa_rr_parse(const uint8_t *buf, size_t len, enum mpa_frame_type type,
 	if (!rr->pdata_len)
 		rr->pdata = NULL;
 	return MPA_RR_HDR_LEN + pd_len;
+}
+
+/* ---- wisp's large-FPDU extension ----------------------------------- */
+
+_Static_assert(MPA_EXT_OFF_MAGIC + MPA_EXT_MAGIC_LEN == MPA_EXT_LEN &&
+	       MPA_EXT_OFF_LEN + 2 == MPA_EXT_OFF_MAGIC,
+	       "the extension ends with its length and magic");
+_Static_assert(MPA_EXT_ULP_PD_MAX + MPA_IRD_ORD_LEN <= MPA_PD_MAX,
+	       "an extension within its budget always fits PD_Length");
+
+const uint8_t mpa_ext_magic[MPA_EXT_MAGIC_LEN] = {
+	'W', 'I', 'S', 'P', '-', 'E', 'X', 'T',
+};
+
+void mpa_ext_put(uint8_t out[MPA_EXT_LEN], uint16_t max_ulpdu)
+{
+	memset(out, 0, MPA_EXT_LEN);
+	wisp_put_be16(out + MPA_EXT_OFF_MAX_ULPDU, max_ulpdu);
+	out[MPA_EXT_OFF_VERSION] = MPA_EXT_VERSION;
+	wisp_put_be16(out + MPA_EXT_OFF_LEN, MPA_EXT_LEN);
+	memcpy(out + MPA_EXT_OFF_MAGIC, mpa_ext_magic, MPA_EXT_MAGIC_LEN);
+}
+
+uint16_t mpa_ext_find(const uint8_t *pdata, uint16_t len,
+		      uint16_t *max_ulpdu)
+{
+	const uint8_t *tail;
+	uint16_t ext_len;
+
+	if (!pdata || !max_ulpdu || len < MPA_EXT_LEN)
+		return 0;
+	/* The fixed part of every version: length and magic, last. */
+	tail = pdata + len - (MPA_EXT_LEN - MPA_EXT_OFF_LEN);
+	if (memcmp(tail + 2, mpa_ext_magic, MPA_EXT_MAGIC_LEN))
+		return 0;
+	ext_len = wisp_get_be16(tail);
+	if (ext_len < MPA_EXT_LEN || ext_len > len)
+		return 0;
+	/* A later version keeps version 1's fields where they are, counted
+	 * from the extension's first octet, and adds its own between them
+	 * and the tail: what version 1 needs is always readable. */
+	tail = pdata + len - ext_len;
+	if (tail[MPA_EXT_OFF_VERSION] < MPA_EXT_VERSION)
+		return 0;
+	*max_ulpdu = wisp_get_be16(tail + MPA_EXT_OFF_MAX_ULPDU);
+	return ext_len;
 }
 
 uint32_t mpa_mulpdu(uint32_t emss, bool markers)

@@ -44,6 +44,9 @@ struct wisp_stream_params {
 	bool p2p;             /* RFC 6581 peer-to-peer: an RTR comes first */
 	bool initiator;       /* this end sent the MPA Request */
 	uint8_t rtr;          /* with p2p: the negotiated enum mpa_rtr */
+	uint16_t peer_max_ulpdu; /* wisp peer, large-FPDU extension
+				  * negotiated: the largest ULPDU it
+				  * accepts; 0: FPDUs fit one TCP segment */
 };
 
 /*

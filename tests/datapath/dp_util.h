@@ -53,6 +53,8 @@ struct dp_opts {
 	struct ibv_srq *srq_b;    /* b's QP uses this SRQ */
 	struct ibv_pd *pd_b;      /* and this PD */
 	uint64_t send_ops;        /* !0: ibv_create_qp_ex with these */
+	int mss;                  /* !0: TCP_MAXSEG on both sockets, as
+				   * over a link of a smaller MTU */
 };
 
 static inline struct ibv_context *dp_open(void)
@@ -147,10 +149,16 @@ static inline void dp_connect(struct dp_pair *p, const struct dp_opts *o)
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	lfd = socket(AF_INET, SOCK_STREAM, 0);
 	cr_assert(lfd >= 0);
+	if (o->mss)
+		cr_assert_eq(setsockopt(lfd, IPPROTO_TCP, TCP_MAXSEG, &o->mss,
+					sizeof(o->mss)), 0);
 	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	cr_assert_eq(listen(lfd, 1), 0);
 	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
 	cfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (o->mss)
+		cr_assert_eq(setsockopt(cfd, IPPROTO_TCP, TCP_MAXSEG, &o->mss,
+					sizeof(o->mss)), 0);
 	cr_assert_eq(connect(cfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	sfd = accept(lfd, NULL, NULL);
 	cr_assert(sfd >= 0);

@@ -236,6 +236,100 @@ Test(stats, exact_counts, .timeout = 60)
 	stats_dir_rm();
 }
 
+/*
+ * wisp's large-FPDU extension (docs/wire-formats.md) between two wisp
+ * peers on a connection whose MSS is an Ethernet link's (1448, MTU 1500
+ * with timestamps): with WISP_BIG_FPDU on (the default) a 64 KiB WRITE
+ * takes two FPDUs, off it takes one per segment (46 or more).
+ * Counted in the published statistics, with the data checked.
+ */
+#define BIG_MSS    1448
+#define BIG_N      8
+#define BIG_LEN    65536
+
+static void big_fpdu_run(const char *setting, bool big)
+{
+	struct dp_opts o = { .mss = BIG_MSS };
+	const struct wisp_stats_counts *ca, *cb;
+	const struct wisp_stats_file *f;
+	uint32_t mulpdu, seen_a = 0, seen_b = 0;
+	struct ibv_mr *ma, *mb;
+	struct ibv_wc wc[BIG_N];
+	uint64_t want;
+	uint8_t *a, *b;
+	struct dp_pair p;
+
+	if (setting)
+		cr_assert_eq(setenv("WISP_BIG_FPDU", setting, 1), 0);
+	stats_dir();
+	dp_setup(&p, &o);
+	cr_assert_leq(p.mulpdu, BIG_MSS, "TCP_MAXSEG took effect: MULPDU %u",
+		      p.mulpdu);
+	ma = dp_mr(p.a.pd, BIG_LEN, DP_ALL_ACCESS, &a);
+	mb = dp_mr(p.b.pd, (size_t)BIG_N * BIG_LEN, DP_ALL_ACCESS, &b);
+	for (size_t i = 0; i < BIG_LEN; i++)
+		a[i] = (uint8_t)(i * 7 + i / 251);
+	for (int i = 0; i < BIG_N; i++)
+		post(p.a.qp, IBV_WR_RDMA_WRITE, ma, a, BIG_LEN,
+		     (uintptr_t)(b + (size_t)i * BIG_LEN), mb->rkey);
+	cr_assert_eq(dp_poll(p.a.scq, wc, BIG_N), BIG_N);
+	for (int i = 0; i < BIG_N; i++)
+		cr_assert_eq(wc[i].status, IBV_WC_SUCCESS);
+	f = own_file();
+	settle(f, &p);
+	for (int i = 0; i < BIG_N; i++)
+		cr_assert_arr_eq(b + (size_t)i * BIG_LEN, a, BIG_LEN);
+
+	/* Both sides send up to what the peer accepts (65535), within
+	 * what MPA sends (64768); off, up to the segment. */
+	mulpdu = big ? MPA_ULPDU_SEND_MAX : p.mulpdu;
+	for (uint32_t i = 0; i < f->hdr.qp_high; i++) {
+		if (!f->qp[i].in_use)
+			continue;
+		if (f->qp[i].qp_num == p.a.qp->qp_num)
+			seen_a = f->qp[i].mulpdu;
+		if (f->qp[i].qp_num == p.b.qp->qp_num)
+			seen_b = f->qp[i].mulpdu;
+	}
+	cr_assert_eq(seen_a, mulpdu, "initiator MULPDU %u", seen_a);
+	cr_assert_eq(seen_b, mulpdu, "responder MULPDU %u", seen_b);
+	ca = qp_counts(f, p.a.qp);
+	cb = qp_counts(f, p.b.qp);
+	want = BIG_N * segs(BIG_LEN, mulpdu, 14);
+	cr_assert_eq(V(ca, core.tx_fpdus), want, "%s: %llu FPDUs, want %llu",
+		     setting ? setting : "unset",
+		     (unsigned long long)V(ca, core.tx_fpdus),
+		     (unsigned long long)want);
+	cr_assert_eq(V(cb, core.rx_fpdus), want);
+	/* 64 KiB in 2 large FPDUs, or one per segment: 46 or more. */
+	if (big)
+		cr_assert_eq(want, 2 * BIG_N);
+	else
+		cr_assert_geq(want, 46 * BIG_N);
+	ibv_dereg_mr(ma);
+	ibv_dereg_mr(mb);
+	free(a);
+	free(b);
+	dp_teardown(&p, &o);
+	stats_dir_rm();
+}
+
+Test(stats, big_fpdu_default_on, .timeout = 60)
+{
+	cr_assert_eq(unsetenv("WISP_BIG_FPDU"), 0);
+	big_fpdu_run(NULL, true);
+}
+
+Test(stats, big_fpdu_on, .timeout = 60)
+{
+	big_fpdu_run("on", true);
+}
+
+Test(stats, big_fpdu_off, .timeout = 60)
+{
+	big_fpdu_run("off", false);
+}
+
 /* A SEND with no receive posted: b answers with the DDP untagged "no
  * buffer" Terminate (RFC 5041 section 7.2, layer 1 etype 2 code 0x02),
  * counted on both sides with its code; the K receives a had posted are

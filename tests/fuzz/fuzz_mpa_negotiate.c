@@ -17,9 +17,13 @@
  *     configuration (mpa_nego_reply);
  *  3. as private data (up to what fits) of a wisp-to-wisp exchange with
  *     that configuration on both sides, which must succeed and agree.
+ * Each of the three runs twice: without and with wisp's large-FPDU
+ * extension offered (WISP_BIG_FPDU off and on).
  * Checks: no read past the input (ASan), only documented results, every
  * frame built is one the parser accepts, IRD/ORD within the limit, one RTR
- * chosen out of those offered. Deterministic: no clock, no randomness.
+ * chosen out of those offered; the extension only used when both sides
+ * sent it, only sent when it fits, never part of the ULP's private data.
+ * Deterministic: no clock, no randomness.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -75,6 +79,17 @@ static void check_frame(const struct mpa_rr *rr)
 	len = mpa_rr_build(rr, out, sizeof(out));
 	check(len >= MPA_RR_HDR_LEN);
 	check(mpa_rr_parse(out, (size_t)len, rr->type, &back, &err) == len);
+	if (rr->ext_max_ulpdu) {
+		uint16_t max = 0;
+
+		/* Last in the private data, within its budget, and all of
+		 * the ULP's data before it. */
+		check(mpa_ext_find(back.pdata, back.pdata_len, &max) ==
+		      MPA_EXT_LEN && max == rr->ext_max_ulpdu);
+		check(rr->pdata_len + MPA_EXT_LEN <= MPA_EXT_ULP_PD_MAX);
+		back.pdata_len -= MPA_EXT_LEN;
+		check(!rr->reject);
+	}
 	check(back.rev == rr->rev && back.crc == rr->crc &&
 	      back.reject == rr->reject && back.enhanced == rr->enhanced &&
 	      back.p2p == rr->p2p && back.pdata_len == rr->pdata_len);
@@ -117,6 +132,13 @@ static void as_request(const uint8_t *in, size_t len,
 	ret = mpa_nego_accept(&req, local, &reply, &params);
 	check(ret == 0);
 	check_frame(&reply);
+	/* An extension answered only to one received, and only if offered;
+	 * large FPDUs toward the Initiator only if it said it takes them. */
+	check(!reply.ext_max_ulpdu ||
+	      (req.ext_max_ulpdu && reply.ext_max_ulpdu == local->ext_max_ulpdu));
+	check(params.peer_max_ulpdu == (local->ext_max_ulpdu ?
+					req.ext_max_ulpdu : 0));
+	check(params.peer_pdata_len == req.pdata_len);
 	check(reply.rev == req.rev && !reply.reject);
 	check(reply.crc == (req.crc || local->crc));
 	check(reply.enhanced == req.enhanced);
@@ -157,6 +179,11 @@ static void as_reply(const uint8_t *in, size_t len,
 		return;
 	check(ret >= MPA_RR_HDR_LEN && (size_t)ret <= len);
 	check(params.rev == req.rev);
+	check(!params.peer_max_ulpdu || req.ext_max_ulpdu);
+	/* The ULP's data lies within the frame, before any extension. */
+	check(!params.peer_pdata_len ||
+	      (params.peer_pdata >= in + MPA_RR_HDR_LEN &&
+	       params.peer_pdata + params.peer_pdata_len <= in + ret));
 	check(!req.crc || params.crc);
 	check_depth(params.ird);
 	check_depth(params.ord);
@@ -175,6 +202,9 @@ static void self_talk(const uint8_t *pd, size_t len, struct mpa_prefs *p)
 	struct mpa_params ip, rp;
 	struct mpa_rr req, parsed, reply;
 	enum mpa_error err;
+	uint16_t max = 0;
+	size_t ulp;
+	bool sent;
 	int n, ret;
 
 	p->pdata = len ? pd : NULL;
@@ -197,10 +227,22 @@ static void self_talk(const uint8_t *pd, size_t len, struct mpa_prefs *p)
 		 * ORD <= Responder IRD. */
 		check(ip.ird >= rp.ord && ip.ord <= rp.ird);
 	}
-	check(ip.peer_pdata_len == 0 || ip.peer_pdata_len == len);
-	check(rp.peer_pdata_len == len);
-	if (len)
-		check(!memcmp(rp.peer_pdata, pd, len));
+	/* Large FPDUs both ways when offered and the private data leaves
+	 * room for the extension; never otherwise. */
+	sent = p->ext_max_ulpdu && len + MPA_EXT_LEN <= MPA_EXT_ULP_PD_MAX;
+	/* The ULP's data as sent on both sides. Only data that itself ends
+	 * in a well-formed extension, sent with no extension after it, is
+	 * taken for one (docs/wire-formats.md). */
+	ulp = len;
+	if (!sent)
+		ulp -= mpa_ext_find(len ? pd : NULL, (uint16_t)len, &max);
+	check(rp.peer_max_ulpdu == (sent ? p->ext_max_ulpdu :
+				    p->ext_max_ulpdu && ulp < len ? max : 0));
+	check(ip.peer_max_ulpdu == (sent ? p->ext_max_ulpdu : 0));
+	check(rp.peer_pdata_len == ulp && ip.peer_pdata_len == ulp);
+	if (ulp)
+		check(!memcmp(rp.peer_pdata, pd, ulp) &&
+		      !memcmp(ip.peer_pdata, pd, ulp));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -214,10 +256,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data++;
 	size--;
 
-	as_request(data, size, &prefs);
-	as_reply(data, size, &prefs);
 	/* Rev 2 Requests carry the four IRD/ORD octets in PD_Length. */
 	pd_max = MPA_PD_MAX - (prefs.rev == 2 ? MPA_IRD_ORD_LEN : 0);
-	self_talk(data, size < pd_max ? size : pd_max, &prefs);
+	for (int ext = 0; ext < 2; ext++) {
+		prefs.pdata = NULL;
+		prefs.pdata_len = 0;
+		prefs.ext_max_ulpdu = ext ? MPA_ULPDU_MAX : 0;
+		as_request(data, size, &prefs);
+		as_reply(data, size, &prefs);
+		self_talk(data, size < pd_max ? size : pd_max, &prefs);
+	}
 	return 0;
 }

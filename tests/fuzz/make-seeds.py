@@ -64,6 +64,14 @@ def mpa_frame(key, flags, rev, pdata, ird_ord=None):
     return key + bytes([flags, rev]) + struct.pack(">H", len(pd)) + pd
 
 
+def wisp_ext(max_ulpdu, version=1, extra=b""):
+    """wisp's large-FPDU extension (docs/wire-formats.md): Max_ULPDU,
+    reserved, Version, reserved, [later versions' fields], Ext_Length,
+    the magic "WISP-EXT"."""
+    head = struct.pack(">HHBB", max_ulpdu, 0, version, 0) + extra
+    return head + struct.pack(">H", len(head) + 10) + b"WISP-EXT"
+
+
 def tagged(op, last, stag, to):
     return bytes([0x80 | (0x40 if last else 0) | 1, 0x40 | op]) + \
         struct.pack(">IQ", stag, to)
@@ -116,6 +124,32 @@ def main():
     write(t, "rep-reject-s-cfg4", b"\x04" + mpa_frame(rep, 0x30, 2, b"no"))
     write(t, "rep-rev1-cfg1", b"\x01" + mpa_frame(rep, 0x40, 1, b"ok"))
     write(t, "pdata-cfg2e", b"\x2e" + bytes(range(200)))
+    # wisp's large-FPDU extension at the end of the private data: whole,
+    # alone, a later version, truncated, garbled, in a Reply and a Reject,
+    # and as the trailing private data of a wisp-to-wisp exchange.
+    io = (0x8000 | 16, 0xC000 | 16)
+    write(t, "req-ext-cfg86", b"\x86" +
+          mpa_frame(req, 0x10, 2, b"ulp" + wisp_ext(65535), io))
+    write(t, "req-ext-only-cfg0", b"\x00" +
+          mpa_frame(req, 0x10, 2, wisp_ext(1454), (4, 4)))
+    write(t, "req-ext-v2-cfg0", b"\x00" +
+          mpa_frame(req, 0x10, 2, b"x" + wisp_ext(9000, 2, b"\xee" * 6),
+                    (4, 4)))
+    write(t, "req-ext-truncated-cfg0", b"\x00" +
+          mpa_frame(req, 0x10, 2, b"ab" + wisp_ext(65535)[:-1], (4, 4)))
+    write(t, "req-ext-badlen-cfg0", b"\x00" +
+          mpa_frame(req, 0x10, 2, wisp_ext(65535)[:6] + b"\x01\x00" +
+                    b"WISP-EXT", (4, 4)))
+    write(t, "req-ext-v0-cfg1", b"\x01" +
+          mpa_frame(req, 0x00, 1, b"r1" + wisp_ext(65535, 0)))
+    write(t, "rep-ext-cfg84", b"\x84" +
+          mpa_frame(rep, 0x10, 2, wisp_ext(65535), (0x8000 | 16, 0x4000 | 16)))
+    write(t, "rep-ext-pd-cfg0", b"\x00" +
+          mpa_frame(rep, 0x10, 2, b"ok" + wisp_ext(100), (4, 4)))
+    write(t, "rep-reject-ext-cfg0", b"\x00" +
+          mpa_frame(rep, 0x30, 2, b"no" + wisp_ext(65535), (4, 4)))
+    write(t, "pdata-ext-cfg2e", b"\x2e" + b"app" + wisp_ext(65535))
+    write(t, "pdata-ext-long-cfg2e", b"\x2e" + bytes(300) + wisp_ext(2048))
 
     t = "fuzz_mpa_fpdu"
     send = untagged(3, True, 0, 0, 1, 0) + bytes(24)

@@ -724,6 +724,147 @@ Test(rdmacm, rev1_request_and_reject_reply)
 	rdma_destroy_event_channel(ch);
 }
 
+/* ---- wisp's large-FPDU extension (docs/wire-formats.md) ------------- */
+
+#define EXT_V1(hi, lo) hi, lo, 0, 0, 1, 0, 0, 16, \
+		'W', 'I', 'S', 'P', '-', 'E', 'X', 'T'
+
+/*
+ * A peer that speaks like wisp: its Request ends with the extension. The
+ * application sees its private data without it; the Reply carries wisp's
+ * own extension after the application's data, unless WISP_BIG_FPDU=off.
+ */
+static void ext_request_answered(const char *setting, bool answered)
+{
+	static const uint8_t req[] = {
+		KEY_REQ, 0x10, 0x02, 0x00, 4 + 3 + 16,
+		0x00, 0x01, 0x00, 0x01, 'a', 'b', 'c', EXT_V1(0xff, 0xff),
+	};
+	static const uint8_t ext[] = { EXT_V1(0xff, 0xff) };
+	struct rdma_conn_param cp = {
+		.responder_resources = 1, .initiator_depth = 1,
+		.private_data = "welcome", .private_data_len = 8,
+	};
+	struct rdma_event_channel *ch;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l, *c;
+	uint8_t rep[64];
+	size_t pd = 4 + 8 + (answered ? 16 : 0);
+	uint16_t port;
+	int s;
+
+	if (setting)
+		setenv("WISP_BIG_FPDU", setting, 1);
+	ch = rdma_create_event_channel();
+	cr_assert_not_null(ch);
+	l = listener(ch, AF_INET, &port);
+	s = raw_connect(AF_INET, port);
+	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	c = ev->id;
+	cr_assert_eq(ev->param.conn.private_data_len, 3,
+		     "the extension is not the application's");
+	cr_assert_eq(memcmp(ev->param.conn.private_data, "abc", 3), 0);
+	rdma_ack_cm_event(ev);
+	make_qp(c);
+	cr_assert_eq(rdma_accept(c, &cp), 0);
+	cr_assert_eq(raw_read(s, rep, 20 + pd), (ssize_t)(20 + pd));
+	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
+	cr_assert_eq(rep[18] << 8 | rep[19], (int)pd);
+	cr_assert_eq(memcmp(rep + 24, "welcome", 8), 0);
+	if (answered)
+		cr_assert_eq(memcmp(rep + 32, ext, sizeof(ext)), 0);
+	close(s);
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+Test(rdmacm, big_fpdu_request_answered)
+{
+	ext_request_answered(NULL, true);
+}
+
+Test(rdmacm, big_fpdu_off_request_stripped_not_answered)
+{
+	ext_request_answered("off", false);
+}
+
+Test(rdmacm, big_fpdu_bad_value_fails_with_einval)
+{
+	setenv("WISP_BIG_FPDU", "yes", 1);
+	errno = 0;
+	cr_assert_null(rdma_create_event_channel());
+	cr_assert_eq(errno, EINVAL);
+}
+
+/* A third-party responder (a raw socket here, siw in tests/interop): it
+ * sees the extension as the last 16 octets of the Request's private data,
+ * after the application's; its Reject carries none, and the application
+ * gets the Reject's private data as sent. */
+static void *third_party_rejects(void *arg)
+{
+	static const uint8_t rej[] = {
+		'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'p', ' ',
+		'F', 'r', 'a', 'm', 'e', 0x30, 0x02, 0x00, 4 + 4,
+		0x00, 0x01, 0x00, 0x01, 'n', 'o', 'p', 'e',
+	};
+	static const uint8_t ext[] = { EXT_V1(0xff, 0xff) };
+	int l = *(int *)arg, s;
+	uint8_t req[20 + 4 + 5 + 16];
+	bool ok;
+
+	s = accept(l, NULL, NULL);
+	if (s < 0)
+		return (void *)"accept";
+	ok = raw_read(s, req, sizeof(req)) == (ssize_t)sizeof(req) &&
+	     (req[18] << 8 | req[19]) == 4 + 5 + 16 &&
+	     !memcmp(req + 24, "hello", 5) &&
+	     !memcmp(req + 29, ext, sizeof(ext));
+	if (write(s, rej, sizeof(rej)) != (ssize_t)sizeof(rej))
+		ok = false;
+	usleep(100 * 1000);
+	close(s);
+	return ok ? NULL : (void *)"Request without the trailing extension";
+}
+
+Test(rdmacm, big_fpdu_offer_is_trailing_private_data)
+{
+	struct rdma_conn_param cp = {
+		.responder_resources = 1, .initiator_depth = 1,
+		.private_data = "hello", .private_data_len = 5,
+	};
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *cl;
+	socklen_t len = sizeof(ss);
+	pthread_t th;
+	void *why;
+	int l;
+
+	loopback(AF_INET, &ss, 0);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(bind(l, (struct sockaddr *)&ss, sslen(&ss)), 0);
+	cr_assert_eq(listen(l, 1), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&ss, &len), 0);
+	cr_assert_eq(pthread_create(&th, NULL, third_party_rejects, &l), 0);
+	cl = resolved(ch, AF_INET, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &cp), 0);
+	ev = expect_event(ch, RDMA_CM_EVENT_REJECTED, WAIT_MS);
+	cr_assert_eq(ev->param.conn.private_data_len, 4);
+	cr_assert_eq(memcmp(ev->param.conn.private_data, "nope", 4), 0);
+	rdma_ack_cm_event(ev);
+	pthread_join(th, &why);
+	cr_assert_null(why, "third party: %s", (const char *)why);
+	close(l);
+	rdma_destroy_qp(cl);
+	rdma_destroy_id(cl);
+	rdma_destroy_event_channel(ch);
+}
+
 Test(rdmacm, rev2_request_values_clamped)
 {
 	/* IRD 200, ORD 5 in the Request: the application is offered ORD

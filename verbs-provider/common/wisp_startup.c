@@ -194,5 +194,15 @@ int wisp_startup_stream(const struct mpa_params *p, bool initiator,
 	sp->p2p = p->p2p;
 	sp->initiator = initiator;
 	sp->rtr = p->p2p ? p->rtr : 0;
+	sp->peer_max_ulpdu = p->peer_max_ulpdu;
 	return 0;
+}
+
+int wisp_startup_big_fpdu(const char *value)
+{
+	if (!value || !strcmp(value, "on"))
+		return MPA_ULPDU_MAX;
+	if (!strcmp(value, "off"))
+		return 0;
+	return -EINVAL;
 }

@@ -138,4 +138,13 @@ int wisp_startup_send_reply(int fd, const struct wisp_startup_reply *r,
 int wisp_startup_stream(const struct mpa_params *p, bool initiator,
 			struct wisp_stream_params *sp);
 
+/*
+ * WISP_BIG_FPDU (docs/configuration.md): value is the variable's value,
+ * NULL if unset. Returns what this side offers in wisp's large-FPDU
+ * extension (struct mpa_prefs.ext_max_ulpdu): MPA_ULPDU_MAX, every
+ * ULPDU_Length the receive path takes, for "on" or unset; 0 for "off";
+ * -EINVAL for anything else.
+ */
+int wisp_startup_big_fpdu(const char *value);
+
 #endif /* WISP_STARTUP_H */

@@ -9,16 +9,22 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../wisp_private.h"
 #include "common/wisp_startup.h"
 
-static void to_mpa_prefs(const struct wisp_mpa_prefs *in,
-			 struct mpa_prefs *out)
+static int to_mpa_prefs(const struct wisp_mpa_prefs *in,
+			struct mpa_prefs *out)
 {
+	int big = wisp_startup_big_fpdu(getenv("WISP_BIG_FPDU"));
+
+	if (big < 0)
+		return big;
 	memset(out, 0, sizeof(*out));
+	out->ext_max_ulpdu = (uint16_t)big;
 	out->rev = in->mpa_rev ? in->mpa_rev : 2;
 	out->crc = in->crc;
 	out->p2p = in->p2p;
@@ -28,6 +34,7 @@ static void to_mpa_prefs(const struct wisp_mpa_prefs *in,
 	out->rtr_prefer = in->read_rtr ? MPA_RTR_READ : MPA_RTR_WRITE;
 	out->ird = in->ird;
 	out->ord = in->ord;
+	return 0;
 }
 
 /* Initiator: Request out, Reply in. Returns 0 or a negative errno. */
@@ -83,7 +90,9 @@ int wisp_qp_connect_fd(struct ibv_qp *qp, int fd, bool active,
 	if (ret)
 		goto err_close;
 
-	to_mpa_prefs(prefs, &mp);
+	ret = to_mpa_prefs(prefs, &mp);
+	if (ret)
+		goto err_close;
 	if (active) {
 		ret = run_initiator(fd, &mp, dl, &params);
 		/* siw reads nothing just after its Reply (glue_mpa.h). */

@@ -168,6 +168,13 @@ static int stream_cfg(const struct wisp_qp *qp, int fd,
 	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 536)
 		mss = 1460;
 	s->mulpdu = mpa_mulpdu((uint32_t)mss, false);
+	/* Between two wisp peers that negotiated it (wisp's extension,
+	 * docs/wire-formats.md) an FPDU may span many segments: fewer
+	 * headers, CRCs and placements per octet. Never above what the peer
+	 * accepts nor what MPA sends (RFC 5044 section 3). */
+	if (p->peer_max_ulpdu > s->mulpdu)
+		s->mulpdu = p->peer_max_ulpdu < MPA_ULPDU_SEND_MAX ?
+			    p->peer_max_ulpdu : MPA_ULPDU_SEND_MAX;
 	s->crc = p->crc;
 	/* Not negotiated (rev 1, or rev 2 without the enhanced words):
 	 * fall back to the QP's own attributes. */

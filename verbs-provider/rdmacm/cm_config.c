@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cm_internal.h"
+#include "common/wisp_startup.h"
 #include "glue_mpa.h"
 #include "wisp_rdmacm.h"
 
@@ -31,6 +32,7 @@ static const struct wcm_opts opts_default = {
 	.mpa_rev = 2,
 	.crc = false,
 	.p2p = true,
+	.big_fpdu = true,
 	.rtr_prefer = MPA_RTR_READ,
 	.timeout_ms = 10000,
 	.hold_ms = GLUE_MPA_INITIATOR_HOLD_MS,
@@ -326,6 +328,14 @@ int wcm_config_load(void)
 			o.rtr_only = true;
 		}
 	}
+	v = getenv("WISP_BIG_FPDU");
+	if (v) {
+		r = wisp_startup_big_fpdu(v);
+		if (r < 0)
+			ret = bad_value("WISP_BIG_FPDU", v, "on, off");
+		else
+			o.big_fpdu = r > 0;
+	}
 	v = getenv("WISP_MPA_TIMEOUT_MS");
 	if (v) {
 		r = parse_ms("WISP_MPA_TIMEOUT_MS", v, 1, TIMEOUT_MAX_MS,
@@ -484,4 +494,6 @@ void wcm_opts_prefs(const struct wcm_opts *o, struct mpa_prefs *p)
 	 * is connected, which rdma_cm programs do not promise. */
 	p->rtr = o->rtr_only ? o->rtr_prefer : MPA_RTR_WRITE | MPA_RTR_READ;
 	p->rtr_prefer = o->rtr_prefer;
+	p->ext_max_ulpdu = o->big_fpdu ?
+			   (uint16_t)wisp_startup_big_fpdu(NULL) : 0;
 }

@@ -69,6 +69,7 @@ struct wcm_opts {
 	uint8_t mpa_rev;          /* 1 or 2 */
 	bool crc;
 	bool p2p;
+	bool big_fpdu;            /* offer wisp's large-FPDU extension */
 	uint8_t rtr_prefer;       /* MPA_RTR_READ or MPA_RTR_WRITE */
 	bool rtr_only;            /* set explicitly: offer/accept only it */
 	int timeout_ms;           /* TCP connect and each MPA frame */

@@ -227,9 +227,10 @@ out:
 	if (w->ended_early)
 		raise_disconnected(w);
 	wcm_log(WCM_LOG_INFO, "id %p: established, MPA rev %u, CRC %s, "
-		"IRD %u ORD %u, RTR %s", (void *)&w->id, p->rev,
+		"IRD %u ORD %u, RTR %s, big FPDUs %s", (void *)&w->id, p->rev,
 		p->crc ? "on" : "off", sp.ird, sp.ord,
-		!p->p2p ? "none" : p->rtr == MPA_RTR_READ ? "read" : "write");
+		!p->p2p ? "none" : p->rtr == MPA_RTR_READ ? "read" : "write",
+		p->peer_max_ulpdu ? "on" : "off");
 	pthread_mutex_unlock(&wcm.lock);
 	return 0;
 }
