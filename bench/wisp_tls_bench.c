@@ -12,7 +12,9 @@
  * process, both ends), then SEND 8 B ping-pong latency (median and p99
  * round trip) with and without TLS.
  *
- *   wisp_tls_bench [--mib N] [--iters N]
+ *   wisp_tls_bench [--mib N] [--iters N] [--only raw|plain|tls|lat]
+ *
+ * --only runs one part alone (the others print as 0), for a profiler.
  *
  * Not part of the test run: it measures, it does not check (the suites
  * do). Results go to stdout as a table.
@@ -491,24 +493,38 @@ int main(int argc, char **argv)
 {
 	uint64_t mib = 1024;
 	int iters = 20000;
-	double g[3], c[3], m[2], p99[2];
+	double g[3] = { 0 }, c[3] = { 0 }, m[2] = { 0 }, p99[2] = { 0 };
+	const char *only = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			mib = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else
-			die("usage: wisp_tls_bench [--mib N] [--iters N]");
+			die("usage: wisp_tls_bench [--mib N] [--iters N] "
+			    "[--only raw|plain|tls|lat]");
 	}
 	if (mib < 1 || iters < 100)
 		die("--mib >= 1, --iters >= 100");
 	psk_make();
-	raw_tls(mib << 20, &g[0], &c[0]);
-	wisp_write(false, mib << 20, &g[1], &c[1]);
-	wisp_write(true, mib << 20, &g[2], &c[2]);
-	wisp_lat(false, iters, &m[0], &p99[0]);
-	wisp_lat(true, iters, &m[1], &p99[1]);
+	if (only && strcmp(only, "raw") && strcmp(only, "plain") &&
+	    strcmp(only, "tls") && strcmp(only, "lat"))
+		die("--only: expected raw, plain, tls or lat");
+#define PART(name) (!only || !strcmp(only, name))
+	if (PART("raw"))
+		raw_tls(mib << 20, &g[0], &c[0]);
+	if (PART("plain"))
+		wisp_write(false, mib << 20, &g[1], &c[1]);
+	if (PART("tls"))
+		wisp_write(true, mib << 20, &g[2], &c[2]);
+	if (PART("lat")) {
+		wisp_lat(false, iters, &m[0], &p99[0]);
+		wisp_lat(true, iters, &m[1], &p99[1]);
+	}
+#undef PART
 	unlink(psk_path);
 
 	printf("wisp_tls_bench: %" PRIu64 " MiB of 64 KiB writes, %d ping-pongs, "

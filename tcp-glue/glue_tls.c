@@ -66,6 +66,10 @@ struct glue_tls {
 	unsigned updates_sent;
 	uint8_t stage[GLUE_TLS_RECORD];
 	size_t staged;            /* > 0: a record waits (retry) */
+	/* OpenSSL holds octets of a record (SSL_has_pending) after the
+	 * last SSL_read: glue_tls_rx_idle must not look at the socket
+	 * alone then. Written under lock, read without it. */
+	_Atomic bool rx_buffered;
 };
 
 static const char *const fail_names[] = {
@@ -770,8 +774,21 @@ long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 	ERR_clear_error();
 	r = SSL_read_ex(t->ssl, buf, len, &n);
 	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
+	atomic_store_explicit(&t->rx_buffered, SSL_has_pending(t->ssl) == 1,
+			      memory_order_release);
 	pthread_mutex_unlock(&t->lock);
 	return ret;
+}
+
+bool glue_tls_rx_idle(struct glue_tls *t)
+{
+	char octet;
+	ssize_t n;
+
+	if (atomic_load_explicit(&t->rx_buffered, memory_order_acquire))
+		return false;
+	n = recv(t->fd, &octet, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)

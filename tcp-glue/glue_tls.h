@@ -132,6 +132,16 @@ long glue_tls_read(struct glue_tls *t, void *buf, size_t len);
  * what OpenSSL holds decrypted before touching the socket. */
 long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n);
 
+/*
+ * True if a read now would certainly find nothing: OpenSSL holds no
+ * octet of a record and the socket has none (a MSG_PEEK, without the
+ * session's lock). A thread that polls for completions asks this first,
+ * so that its empty reads never hold the lock the engine's SSL_write
+ * needs. False is only "maybe": an error or the end of the stream also
+ * answers false, for glue_tls_read to report.
+ */
+bool glue_tls_rx_idle(struct glue_tls *t);
+
 /* Write len octets as records: n > 0 taken, or -EAGAIN / -errno. A call
  * after -EAGAIN must pass the same octets again (OpenSSL's retry rule). */
 long glue_tls_write(struct glue_tls *t, const void *buf, size_t len);
