@@ -40,6 +40,7 @@ packages=(
 	build-essential cmake ninja-build pkg-config
 	clang llvm libclang-rt-14-dev
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
+	libxxhash-dev
 	libcriterion-dev cppcheck tcpdump openssl
 	ibverbs-utils rdmacm-utils perftest
 	iproute2 file man-db groff-base

@@ -352,6 +352,37 @@ static int journal_load(struct rjob *j)
 	return 0;
 }
 
+static int fsync_dir_of(const char *path)
+{
+	char d[PATH_MAX], *sl;
+	int fd, rc = 0;
+
+	snprintf(d, sizeof(d), "%s", path);
+	sl = strrchr(d, '/');
+	if (sl)
+		*sl = 0;
+	fd = open(sl ? d : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd))
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/* The folder that will hold path must take the rename (fail early,
+ * before any data moves). */
+static int access_dir_of(const char *path)
+{
+	char d[PATH_MAX], *sl;
+
+	snprintf(d, sizeof(d), "%s", path);
+	sl = strrchr(d, '/');
+	if (sl)
+		*sl = 0;
+	return access(sl ? d : ".", W_OK | X_OK);
+}
+
 static void on_open(struct rjob *j, struct stream *s, const struct msg *m)
 {
 	struct rfile *f = &j->f;
@@ -398,6 +429,8 @@ static void on_open(struct rjob *j, struct stream *s, const struct msg *m)
 		return;
 	}
 	rc = mkdirs(f->final);
+	if (!rc && access_dir_of(f->final))
+		rc = -errno;
 	if (rc) {
 		job_error(j, -rc, f->rel);
 		return;
@@ -436,6 +469,8 @@ static void on_chunk(struct rjob *j, struct stream *s, const struct msg *m,
 	struct rfile *f = &j->f;
 	int rc;
 
+	if (j->failed)
+		return;	/* the sender has been told; it is leaving */
 	if (!f->active || m->file_id != f->file_id || m->chunk >= f->nchunks ||
 	    m->len != chunk_len(j, m->chunk) ||
 	    m->offset != m->chunk * j->chunk) {
@@ -542,24 +577,6 @@ static void on_done(struct rjob *j, struct stream *s, const struct msg *m)
 out:
 	XXH3_freeState(xs);
 	free(buf);
-}
-
-static int fsync_dir_of(const char *path)
-{
-	char d[PATH_MAX], *sl;
-	int fd, rc = 0;
-
-	snprintf(d, sizeof(d), "%s", path);
-	sl = strrchr(d, '/');
-	if (sl)
-		*sl = 0;
-	fd = open(sl ? d : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd))
-		rc = -errno;
-	close(fd);
-	return rc;
 }
 
 /* Whole-file hashes agree: publish under the final name. */

@@ -61,7 +61,7 @@ struct sjob {
 	double tokens, t_tokens;
 	uint64_t bytes_total, bytes_done, bytes_sent, chunks_sent, chunks_bad;
 	uint64_t chunks_repaired, files_skipped, files_sent;
-	uint64_t rtt_us, ping_out;
+	uint64_t rtt_us, rtt_min_us, ping_out;
 	double t_start, t_last_event, t_ping, t_progress;
 	int tty;
 };
@@ -376,6 +376,8 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 
 		j->ping_out = 0;
 		j->rtt_us = j->rtt_us ? (7 * j->rtt_us + rtt) / 8 : rtt;
+		if (!j->rtt_min_us || rtt < j->rtt_min_us)
+			j->rtt_min_us = rtt;
 		break;
 	}
 	default:
@@ -534,10 +536,11 @@ static void window_from_rtt(struct sjob *j)
 {
 	double rate = j->o->limit > 0 ? j->o->limit : 0, w;
 
-	/* with a known rate: 2 x bandwidth-delay product, in chunks */
-	if (!rate || !j->rtt_us || j->o->window)
+	/* with a known rate: 2 x bandwidth-delay product, in chunks; the
+	 * idle RTT, not the loaded one, which grows with the queue */
+	if (!rate || !j->rtt_min_us || j->o->window)
 		return;
-	w = ceil(2 * rate * (j->rtt_us / 1e6) / j->chunk) + 2;
+	w = ceil(2 * rate * (j->rtt_min_us / 1e6) / j->chunk) + 2;
 	if (w < 4)
 		w = 4;
 	if (w < j->window)
@@ -593,6 +596,24 @@ static void wait_events(struct sjob *j, int timeout_ms)
 		send_ctl(j, &p);
 	}
 	progress(j, 0);
+}
+
+/* Three pings on the idle connection: the RTT the window is sized by. */
+static void probe_rtt(struct sjob *j)
+{
+	int k;
+
+	for (k = 0; k < 3; k++) {
+		struct msg p = { .type = M_PING, .stamp = now_us() };
+
+		j->ping_out = 1;
+		j->t_ping = now_s();
+		send_ctl(j, &p);
+		while (j->ping_out)
+			wait_events(j, 100);
+	}
+	j->rtt_us = j->rtt_min_us;
+	window_from_rtt(j);
 }
 
 static void send_file(struct sjob *j, const struct sfile *f)
@@ -677,6 +698,7 @@ int run_sender(const struct opts *o)
 	j.tty = isatty(STDOUT_FILENO);
 	j.t_start = j.t_last_event = j.t_tokens = now_s();
 	setup(&j);
+	probe_rtt(&j);
 	for (i = 0; i < j.nfiles; i++)
 		send_file(&j, &j.files[i]);
 	finish(&j);
@@ -688,7 +710,8 @@ int run_sender(const struct opts *o)
 		       "\"files_sent\":%llu,\"files_skipped\":%llu,"
 		       "\"bytes\":%llu,\"bytes_sent\":%llu,\"chunks_sent\":%llu,"
 		       "\"chunks_bad\":%llu,\"chunks_repaired\":%llu,"
-		       "\"seconds\":%.3f,\"goodput_MBps\":%.1f,\"rtt_us\":%llu}\n",
+		       "\"seconds\":%.3f,\"goodput_MBps\":%.1f,\"rtt_us\":%llu,"
+		       "\"rtt_min_us\":%llu,\"inflight_max\":%u}\n",
 		       mode_name(o->mode), o->streams, j.chunk, j.window, j.nfiles,
 		       (unsigned long long)j.files_sent,
 		       (unsigned long long)j.files_skipped,
@@ -698,7 +721,8 @@ int run_sender(const struct opts *o)
 		       (unsigned long long)j.chunks_bad,
 		       (unsigned long long)j.chunks_repaired, el,
 		       el > 0 ? j.bytes_sent / el / 1e6 : 0.0,
-		       (unsigned long long)j.rtt_us);
+		       (unsigned long long)j.rtt_us,
+		       (unsigned long long)j.rtt_min_us, j.inflight_max);
 	free(src);
 	return EX_OK;
 }
