@@ -163,6 +163,7 @@ run_cppcheck() {
 
 	[ -d "$top/bench" ] && dirs+=("$top/bench")
 	[ -d "$top/tools" ] && dirs+=("$top/tools")
+	[ -d "$top/demos" ] && dirs+=("$top/demos")
 	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
 		--enable=warning,style,performance,portability \
 		--suppress=missingIncludeSystem \

@@ -323,7 +323,9 @@ static int journal_load(struct rjob *j)
 
 	want.check = rec_check(want.size ^ want.chunk, want.mtime_ns);
 	if (read_full(f->j_fd, &h, sizeof(h), 0) != sizeof(h) ||
-	    memcmp(&h, &want, sizeof(h))) {
+	    h.magic != want.magic || h.size != want.size ||
+	    h.mtime_ns != want.mtime_ns || h.chunk != want.chunk ||
+	    h.check != want.check) {
 		if (ftruncate(f->part_fd, 0) || ftruncate(f->j_fd, 0) ||
 		    write_full(f->j_fd, &want, sizeof(want), 0) ||
 		    fdatasync(f->j_fd))

@@ -195,7 +195,7 @@ int stream_alloc_msgs(struct net *n, struct stream *s, uint32_t nrx, uint32_t nt
 int stream_post_recv(struct net *n, struct stream *s, uint32_t i, char *data,
 		     uint32_t chunk);
 struct msg *stream_tx_get(struct stream *s, uint32_t *idx);
-int stream_send(struct stream *s, uint32_t idx, struct ibv_sge *extra);
+int stream_send(struct stream *s, uint32_t idx, const struct ibv_sge *extra);
 int stream_send_msg(struct stream *s, const struct msg *m);
 void stream_destroy(struct stream *s);
 void net_destroy(struct net *n);

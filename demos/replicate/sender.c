@@ -516,9 +516,10 @@ static void refill_tokens(struct sjob *j)
 static int pump(struct sjob *j)
 {
 	uint64_t c;
-	struct stream *s;
 
 	while (j->state == FS_SENDING && j->outstanding < j->inflight_max) {
+		struct stream *s;
+
 		if (j->o->limit > 0) {
 			refill_tokens(j);
 			if (j->tokens < 0)
