@@ -501,7 +501,8 @@ static void on_chunk(struct rjob *j, struct stream *s, const struct msg *m,
 		.chunk = m->chunk, .hash = m->hash, .stream = s->idx,
 		.slot = m->slot,
 	};
-	if (j->npend >= (j->window + 1) / 2)
+	/* small batches keep credits flowing; the syncs are per batch */
+	if (j->npend >= (j->window + 1) / 2 || j->npend >= 16)
 		journal_flush(j);
 }
 
