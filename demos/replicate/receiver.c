@@ -77,6 +77,7 @@ struct rjob {
 	struct pending *pend;
 	uint32_t npend;
 	uint64_t files_done, bytes_done;
+	double t_last;		/* last completion: the sender PINGs each second */
 };
 
 static const char *meta_dir = ".wisp-repl";
@@ -717,6 +718,7 @@ static void on_wc(void *arg, struct ibv_wc *wc)
 	if (j->dead || WR_STREAM(wc->wr_id) >= (uint32_t)j->n.nstreams)
 		return;
 	s = &j->n.st[WR_STREAM(wc->wr_id)];
+	j->t_last = now_s();
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (!j->bye && !j->failed)
 			warn_msg("stream %d: %s", s->idx, ibv_wc_status_str(wc->status));
@@ -781,8 +783,12 @@ static int job_start(struct rjob *j, struct rdma_cm_id *id,
 	if (!n->data_mr)
 		return -errno;
 	j->pend = xcalloc(j->window + 1, sizeof(*j->pend));
+	if (repl_verbose)
+		warn_msg("job started (%s, %u streams, %u x %u bytes)",
+			 mode_name(j->mode), rq->nstreams, j->window, j->chunk);
 	j->active = 1;
 	j->bye = j->failed = j->dead = 0;
+	j->t_last = now_s();
 	return 0;
 }
 
@@ -795,6 +801,8 @@ static void job_teardown(struct rjob *j)
 	j->finished = j->active && j->bye && !j->failed;
 	if (j->active && !j->finished)
 		warn_msg("job ended early%s", j->failed ? " (error)" : " (peer gone)");
+	else if (j->finished && repl_verbose)
+		warn_msg("job done");
 	file_close(j);
 	for (i = 0; i < REPL_MAX_STREAMS; i++)
 		if (n->st[i].id && n->st[i].established)
@@ -972,6 +980,12 @@ int run_receiver(const struct opts *o)
 			die_msg(EX_FAIL, "event loop: %s", strerror(-rc));
 		if (j.active && !j.dead)
 			journal_flush(&j);
+		/* a sender that vanished without a FIN must not hold the
+		 * receiver forever */
+		if (j.active && !j.dead && now_s() - j.t_last > o->timeout_ms / 1000.0) {
+			warn_msg("sender silent for %d s", o->timeout_ms / 1000);
+			j.dead = 1;
+		}
 		if (j.dead) {
 			job_teardown(&j);
 			if (o->once)

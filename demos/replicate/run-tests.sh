@@ -52,6 +52,30 @@ wait_listen() {
 	return 1
 }
 
+# wait_idle: until every job the receiver started has ended (after a
+# sender's death: it noticed and journalled what it had); 30 s at most.
+wait_idle() {
+	local started ended
+	for _ in $(seq 300); do
+		started=$(grep -c "job started" "$logs/$cur.server")
+		ended=$(grep -cE "job ended early|job done" "$logs/$cur.server")
+		[ "$started" -eq "$ended" ] && return 0
+		sleep 0.1
+	done
+	echo "the receiver did not notice the sender's death" >&2
+	return 1
+}
+
+# wait_log PATTERN: until the receiver's log has PATTERN; 30 s at most.
+wait_log() {
+	for _ in $(seq 300); do
+		grep -q "$1" "$logs/$cur.server" && return 0
+		sleep 0.1
+	done
+	echo "no '$1' from the receiver" >&2
+	return 1
+}
+
 # serve DIR [ARGS]: a receiver in the background on a fresh $port; $spid.
 serve() {
 	local dir=$1
@@ -168,8 +192,7 @@ kill_sender() {
 		sleep "$(printf '0.%03d' "$ms")" 2>/dev/null || sleep 1
 		kill -9 "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
-		# the receiver notices the loss and ends the job
-		sleep 0.5
+		wait_idle || { stop_serve; return 1; }
 		j=$(journal_chunks "$d/dst")
 		send "$d/src" 127.0.0.1: --chunk 256k
 		echo "round $i: killed after ${ms} ms, $j chunks journalled, rerun: $out" \
@@ -242,7 +265,7 @@ corrupt_part() {
 	done
 	kill -9 "$pid"
 	wait "$pid" 2>/dev/null
-	sleep 0.5
+	wait_idle || { stop_serve; return 1; }
 	part=$(ls "$d/dst"/.wisp-repl/*.part)
 	jr=$(ls "$d/dst"/.wisp-repl/*.journal)
 	# the chunk named by the journal's second record
@@ -293,7 +316,8 @@ err_vanished() {
 	mkfile "$d/src" $((24 * 1024 * 1024))
 	serve "$d/dst" || return 1
 	local rmpid
-	(sleep 0.5; rm -f "$d/src") &
+	# removed once the receiver has opened it, while chunks move
+	(wait_log "chunks already here" && rm -f "$d/src") &
 	rmpid=$!
 	send "$d/src" 127.0.0.1: --limit 16M --chunk 256k
 	wait "$rmpid"
