@@ -164,7 +164,9 @@ int main(int argc, char **argv)
 			o.host = dst;
 		}
 		o.rdir = colon[1] && strcmp(colon + 1, ".") ? colon + 1 : NULL;
-		return run_sender(&o);
+		c = run_sender(&o);
+		free(dst);
+		return c;
 	}
 	usage(stderr);
 	return EX_USAGE;

@@ -724,6 +724,19 @@ int run_sender(const struct opts *o)
 		       el > 0 ? j.bytes_sent / el / 1e6 : 0.0,
 		       (unsigned long long)j.rtt_us,
 		       (unsigned long long)j.rtt_min_us, j.inflight_max);
+	for (i = 0; i < j.nfiles; i++) {
+		free(j.files[i].abs);
+		free(j.files[i].rel);
+	}
+	free(j.files);
+	free(j.slot_chunk);
+	for (i = 0; i < REPL_MAX_STREAMS; i++)
+		if (j.n.st[i].id)
+			stream_destroy(&j.n.st[i]);
+	ibv_dereg_mr(j.n.data_mr);
+	free(j.n.data);
+	net_destroy(&j.n);
+	rdma_destroy_event_channel(j.n.ec);
 	free(src);
 	return EX_OK;
 }
