@@ -57,6 +57,7 @@ struct sjob {
 	uint64_t nretry;
 	uint64_t *slot_chunk;
 	enum fstate state;
+	XXH128_hash_t src_hash;	/* of the source, taken after DONE */
 	/* pacing, stats */
 	double tokens, t_tokens;
 	uint64_t bytes_total, bytes_done, bytes_sent, chunks_sent, chunks_bad;
@@ -328,7 +329,7 @@ static void on_verify(struct sjob *j, const struct msg *m)
 	if (m->file_id != j->file_id || j->state != FS_WAIT_VERIFY)
 		die_msg(EX_LOST, "protocol error: stray VERIFY");
 	j->chunks_repaired += m->chunk;
-	source_hash(j, &h);
+	h = j->src_hash;
 	if (h.low64 != m->hash || h.high64 != m->hash_hi) {
 		r.type = M_ABORT;
 		send_ctl(j, &r);
@@ -657,6 +658,8 @@ static void send_file(struct sjob *j, const struct sfile *f)
 					strerror(errno));
 			send_ctl(j, &d);
 			j->state = FS_WAIT_VERIFY;
+			/* while the receiver reads its copy back */
+			source_hash(j, &j->src_hash);
 		}
 		wait_events(j, t >= 0 && t < 100 ? t : 100);
 		window_from_rtt(j);
