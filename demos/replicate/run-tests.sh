@@ -27,7 +27,7 @@ cases=(
 	file_write file_read file_send tree_streams rerun_skips
 	kill_sender kill_receiver corrupt_part
 	err_refused err_unreachable err_no_source err_vanished err_enospc
-	err_eacces
+	err_eacces tls_psk
 )
 
 [ -x "$repl" ] || { echo "wisp-repl not built ($repl)"; exit 77; }
@@ -373,6 +373,27 @@ err_eacces() {
 	send "$d/src" 127.0.0.1:ro
 	stop_serve
 	expect_fail 5 "Permission denied"
+}
+
+# wisp's TLS (WISP_TLS*, docs/tls.md) under the unchanged program: the
+# copy matches, and a plaintext sender is turned away by the TLS receiver.
+tls_psk() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	"$top/tests/tls/make-certs.sh" "$d/tls" >/dev/null 2>&1 ||
+		{ echo "make-certs.sh failed" >&2; return 1; }
+	mkfile "$d/src" $((8 * 1024 * 1024 + 3))
+	export WISP_TLS=required WISP_TLS_PSK_FILE="$d/tls/psk" \
+		WISP_TLS_PSK_IDENTITY=wisp-repl
+	serve "$d/dst" || return 1
+	send "$d/src" 127.0.0.1: --chunk 128k
+	unset WISP_TLS WISP_TLS_PSK_FILE WISP_TLS_PSK_IDENTITY
+	[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || { stop_serve; return 1; }
+	rm -f "$d/dst/src"
+	send "$d/src" 127.0.0.1: --timeout 10
+	stop_serve
+	[ "$rc" -eq 3 ] || { echo "plaintext sender: exit $rc, not 3" >&2; return 1; }
+	[ ! -e "$d/dst/src" ]
 }
 
 if [ "${1:-}" = --list ]; then
