@@ -171,6 +171,23 @@ rand_ms() {
 	echo $((($1) + RANDOM % ($2 - $1)))
 }
 
+# check_window LOG J: the killed sender's last "credit: sent S credited
+# M" (-v) against the J chunks in the journal: every credited chunk is
+# journalled (M <= J), and what a rerun resends of what was sent is at
+# most one window (S - J <= 64, the default window; S only grows after
+# that line by chunks that are still within the window).
+check_window() {
+	local line s m
+	line=$(grep "^credit: " "$1" | tail -n1)
+	[ -n "$line" ] || return 0	# killed before any credit
+	s=$(echo "$line" | awk '{print $3}')
+	m=$(echo "$line" | awk '{print $5}')
+	[ "$m" -le "$2" ] ||
+		{ echo "the sender had $m chunks credited, the journal holds $2" >&2; return 1; }
+	[ $((s - $2)) -le 64 ] ||
+		{ echo "sent $s, journalled $2: more than a window to resend" >&2; return 1; }
+}
+
 big=$((64 * 1024 * 1024))
 nchunks=$((big / (256 * 1024)))
 
@@ -184,8 +201,8 @@ kill_sender() {
 	for i in $(seq "$kills"); do
 		rm -f "$d/dst/src"
 		touch "$d/src"	# a new version: the receiver starts over
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" \
-			--chunk 256k --limit 32M >/dev/null 2>>"$logs/$cur.client" &
+		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
+			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
 		pid=$!
 		pids+=("$pid")
 		ms=$(rand_ms 100 1800)
@@ -194,6 +211,7 @@ kill_sender() {
 		wait "$pid" 2>/dev/null
 		wait_idle || { stop_serve; return 1; }
 		j=$(journal_chunks "$d/dst")
+		check_window "$logs/$cur.killed$i" "$j" || { stop_serve; return 1; }
 		send "$d/src" 127.0.0.1: --chunk 256k
 		echo "round $i: killed after ${ms} ms, $j chunks journalled, rerun: $out" \
 			>>"$logs/$cur.rounds"
@@ -218,8 +236,8 @@ kill_receiver() {
 		rm -f "$d/dst/src"
 		touch "$d/src"
 		serve "$d/dst" || return 1
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --timeout 20 \
-			--chunk 256k --limit 32M >/dev/null 2>>"$logs/$cur.client" &
+		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --timeout 20 -v \
+			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
 		pid=$!
 		pids+=("$pid")
 		ms=$(rand_ms 100 1800)
@@ -233,6 +251,7 @@ kill_receiver() {
 		[ "$crc" -eq 0 ] || [ ! -e "$d/dst/src" ] ||
 			{ echo "round $i: a partial file under the final name" >&2; return 1; }
 		j=$(journal_chunks "$d/dst")
+		check_window "$logs/$cur.killed$i" "$j" || return 1
 		serve "$d/dst" || return 1
 		send "$d/src" 127.0.0.1: --chunk 256k
 		stop_serve

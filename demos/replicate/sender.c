@@ -61,7 +61,7 @@ struct sjob {
 	/* pacing, stats */
 	double tokens, t_tokens;
 	uint64_t bytes_total, bytes_done, bytes_sent, chunks_sent, chunks_bad;
-	uint64_t chunks_repaired, files_skipped, files_sent;
+	uint64_t chunks_repaired, files_skipped, files_sent, chunks_credited;
 	uint64_t rtt_us, rtt_min_us, ping_out;
 	double t_start, t_last_event, t_ping, t_progress;
 	int tty;
@@ -299,6 +299,13 @@ static void on_credit(struct sjob *j, struct stream *s, const struct msg *m)
 	}
 	j->bytes_done += (c + 1) * j->chunk > j->size ?
 			 j->size - c * j->chunk : j->chunk;
+	j->chunks_credited++;
+	/* -v: what a test compares with the receiver's journal after a
+	 * kill -9 (every credited chunk must be there) */
+	if (repl_verbose)
+		fprintf(stderr, "credit: sent %llu credited %llu\n",
+			(unsigned long long)j->chunks_sent,
+			(unsigned long long)j->chunks_credited);
 }
 
 static void source_hash(struct sjob *j, XXH128_hash_t *h)
