@@ -8,6 +8,11 @@
 # SIZE_MIB defaults to 1024; DIR (where source and copies go) defaults to
 # a folder in /dev/shm so that the figures are the network path's, not a
 # disk's. Needs iperf3 for the baselines. Run by hand; not in the tests.
+#
+# Across the emulated WAN (tests/wan/wan.sh up ... --srv S --cli C):
+# REPL_SRV_NS=S REPL_CLI_NS=C REPL_HOST=198.18.0.1 demos/replicate/bench.sh
+# runs the receivers and iperf3 -s in S, the senders and iperf3 -c in C.
+# REPL_ARGS: more options for every send (e.g. "--window 4").
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -18,13 +23,17 @@ base=${2:-/dev/shm}
 work=$(mktemp -d "$base/wisp-repl-bench.XXXXXX")
 # shellcheck source=../../tests/rdmacm/ports.sh
 . "$top/tests/rdmacm/ports.sh"
+host=${REPL_HOST:-127.0.0.1}
+in_srv=() in_cli=()
+[ -z "${REPL_SRV_NS:-}" ] || in_srv=(ip netns exec "$REPL_SRV_NS")
+[ -z "${REPL_CLI_NS:-}" ] || in_cli=(ip netns exec "$REPL_CLI_NS")
 spid=
 trap '[ -z "$spid" ] || kill "$spid" 2>/dev/null; rm -rf "$work"' EXIT
 
 wait_listen() {
 	for _ in $(seq 300); do
 		kill -0 "$2" 2>/dev/null || return 1
-		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
+		[ -n "$("${in_srv[@]}" ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
 		sleep 0.1
 	done
 	return 1
@@ -39,11 +48,12 @@ for mode in write read send; do
 		rm -rf "$work/dst"
 		mkdir "$work/dst"
 		pick_port || exit 1
-		"$run" "$repl" serve "$work/dst" --port "$port" --once >/dev/null 2>&1 &
+		"${in_srv[@]}" "$run" "$repl" serve "$work/dst" --port "$port" --once \
+			>/dev/null 2>&1 &
 		spid=$!
 		wait_listen "$port" "$spid" || exit 1
-		out=$(timeout 600 "$run" "$repl" send "$work/src" 127.0.0.1: \
-			--port "$port" --mode "$mode" --streams "$streams" --json)
+		out=$(timeout 600 "${in_cli[@]}" "$run" "$repl" send "$work/src" "$host": \
+			--port "$port" --mode "$mode" --streams "$streams" --json ${REPL_ARGS:-})
 		wait "$spid"
 		spid=
 		cmp -s "$work/src" "$work/dst/src" || { echo "$mode: copy differs"; exit 1; }
@@ -60,16 +70,16 @@ if command -v iperf3 >/dev/null; then
 		pick_port || exit 1
 		rm -f "$work/iperf.out"
 		if [ $what = file ]; then
-			iperf3 -s -1 -p "$port" -F "$work/iperf.out" >/dev/null 2>&1 &
+			"${in_srv[@]}" iperf3 -s -1 -p "$port" -F "$work/iperf.out" >/dev/null 2>&1 &
 		else
-			iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+			"${in_srv[@]}" iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
 		fi
 		spid=$!
 		wait_listen "$port" "$spid" || exit 1
 		if [ $what = file ]; then
-			j=$(iperf3 -c 127.0.0.1 -p "$port" -F "$work/src" -n "$bytes" -J)
+			j=$("${in_cli[@]}" iperf3 -c "$host" -p "$port" -F "$work/src" -n "$bytes" -J)
 		else
-			j=$(iperf3 -c 127.0.0.1 -p "$port" -n "$bytes" -J)
+			j=$("${in_cli[@]}" iperf3 -c "$host" -p "$port" -n "$bytes" -J)
 		fi
 		wait "$spid"
 		spid=
