@@ -24,6 +24,7 @@ work=$(mktemp -d "$base/wisp-repl-bench.XXXXXX")
 # shellcheck source=../../tests/rdmacm/ports.sh
 . "$top/tests/rdmacm/ports.sh"
 host=${REPL_HOST:-127.0.0.1}
+read -ra extra <<<"${REPL_ARGS:-}"
 in_srv=() in_cli=()
 [ -z "${REPL_SRV_NS:-}" ] || in_srv=(ip netns exec "$REPL_SRV_NS")
 [ -z "${REPL_CLI_NS:-}" ] || in_cli=(ip netns exec "$REPL_CLI_NS")
@@ -53,7 +54,7 @@ for mode in write read send; do
 		spid=$!
 		wait_listen "$port" "$spid" || exit 1
 		out=$(timeout 600 "${in_cli[@]}" "$run" "$repl" send "$work/src" "$host": \
-			--port "$port" --mode "$mode" --streams "$streams" --json ${REPL_ARGS:-})
+			--port "$port" --mode "$mode" --streams "$streams" --json "${extra[@]}")
 		wait "$spid"
 		spid=
 		cmp -s "$work/src" "$work/dst/src" || { echo "$mode: copy differs"; exit 1; }

@@ -3,22 +3,16 @@
  * wisp-repl send: the sender.
  *
  * Why WRITE + SEND credits (the default) beats the other two patterns
- * at high RTT:
- *  - WRITE + credits: the sender pushes as soon as it holds a credit;
- *    one round trip per credit cycle and the whole window (receiver
- *    slots) is in flight, so goodput ~ min(link, window * chunk / RTT).
- *  - READ-pull: the receiver must first learn of a chunk (OFFER, half a
- *    round trip), then each READ Request costs a full round trip, and
- *    no more than ORD READs may be outstanding per QP (siw caps ORD at
- *    128, many NICs at 16 or less): goodput ~ ORD * chunk / RTT, plus
- *    the extra half trip per chunk.
- *  - SEND/RECV: the data must land in a posted receive buffer, so the
- *    receiver's posted buffers play the role of slots, but each one is
- *    a full chunk pinned per receive and the buffer cannot be handed to
- *    the disk and reposted until the copy is done; and without a
- *    credit, a SEND that finds no receive posted is a fatal RNR on
- *    iWARP, so it needs the same credits anyway, with no placement
- *    control. It matches WRITE at best.
+ * at high RTT: goodput ~ window * chunk / (how long a slot is busy).
+ *  - WRITE + credits: WRITE and DATA go out back to back (RTT/2), the
+ *    CREDIT returns (RTT/2): one RTT per slot cycle.
+ *  - READ-pull: OFFER (RTT/2), READ Request and Response (RTT), CREDIT
+ *    to free the sender's buffer (RTT/2): two RTTs per slot cycle, so
+ *    half the goodput from the same window; and at most ORD READs out
+ *    per QP (siw clamps to 128, many NICs 16 or fewer).
+ *  - SEND/RECV: one RTT like WRITE, but a SEND that finds no receive
+ *    posted is fatal on iWARP, so it needs the same credits, and every
+ *    posted receive pins a whole chunk; it matches WRITE at best.
  * The three are measured side by side (docs/replication.md).
  */
 #include <dirent.h>
