@@ -13,6 +13,8 @@
 #include "repl.h"
 
 int repl_verbose;
+int repl_json;
+int repl_progress_open;
 
 double now_s(void)
 {
@@ -32,14 +34,29 @@ uint64_t now_us(void)
 
 void die_msg(int code, const char *fmt, ...)
 {
+	char text[1024];
+	const char *c;
 	va_list ap;
 
-	fflush(stdout);
-	fputs("wisp-repl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (repl_progress_open)
+		putchar('\n');	/* end the progress line first */
+	fflush(stdout);
+	fprintf(stderr, "wisp-repl: %s\n", text);
+	if (repl_json) {
+		/* scripts get a summary on failure too */
+		printf("{\"result\":\"error\",\"exit\":%d,\"message\":\"", code);
+		for (c = text; *c; c++) {
+			if (*c == '"' || *c == '\\')
+				putchar('\\');
+			if ((unsigned char)*c >= 0x20)
+				putchar(*c);
+		}
+		printf("\"}\n");
+	}
+	fflush(stdout);
 	exit(code);
 }
 

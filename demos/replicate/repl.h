@@ -183,6 +183,8 @@ void die_msg(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 void warn_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int repl_verbose;
+extern int repl_json;	/* die_msg also prints a JSON line */
+extern int repl_progress_open;	/* a progress line awaits its newline */
 const char *mode_name(enum repl_mode m);
 int parse_size(const char *s, double *out);
 void *xcalloc(size_t n, size_t sz);

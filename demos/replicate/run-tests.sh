@@ -305,6 +305,9 @@ expect_fail() {
 		{ echo "exit $rc, expected $1" >&2; tail -n 3 "$logs/$cur.client" >&2; return 1; }
 	grep -q "$2" "$logs/$cur.client" ||
 		{ echo "no '$2' in the message" >&2; tail -n 3 "$logs/$cur.client" >&2; return 1; }
+	# --json: the summary says so too
+	[ "$(json result)" = error ] && [ "$(json exit)" = "$1" ] ||
+		{ echo "JSON summary: $out" >&2; return 1; }
 }
 
 err_refused() {

@@ -579,6 +579,7 @@ static void progress(struct sjob *j, int final)
 	       done, total, r, eta, (double)j->rtt_us,
 	       (unsigned long long)j->outstanding, j->inflight_max,
 	       final ? "\n" : "");
+	repl_progress_open = !final;
 	fflush(stdout);
 }
 
@@ -693,6 +694,7 @@ int run_sender(const struct opts *o)
 	double el;
 
 	repl_verbose = o->verbose;
+	repl_json = o->json;
 	while (strlen(src) > 1 && src[strlen(src) - 1] == '/')
 		src[strlen(src) - 1] = 0;
 	base = strrchr(src, '/');
