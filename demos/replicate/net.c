@@ -35,7 +35,6 @@ uint64_t now_us(void)
 void die_msg(int code, const char *fmt, ...)
 {
 	char text[1024];
-	const char *c;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -46,6 +45,8 @@ void die_msg(int code, const char *fmt, ...)
 	fflush(stdout);
 	fprintf(stderr, "wisp-repl: %s\n", text);
 	if (repl_json) {
+		const char *c;
+
 		/* scripts get a summary on failure too */
 		printf("{\"result\":\"error\",\"exit\":%d,\"message\":\"", code);
 		for (c = text; *c; c++) {
