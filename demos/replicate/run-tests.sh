@@ -25,7 +25,7 @@ kills=${REPL_KILLS:-5}
 
 cases=(
 	file_write file_read file_send tree_streams rerun_skips
-	kill_sender kill_receiver corrupt_part
+	kill_sender kill_receiver corrupt_part corrupt_in_flight
 	err_refused err_unreachable err_no_source err_vanished err_enospc
 	err_eacces tls_psk
 )
@@ -297,6 +297,25 @@ corrupt_part() {
 	[ "$(json chunks_repaired)" = 1 ] ||
 		{ echo "expected 1 repaired chunk, got $(json chunks_repaired)" >&2; return 1; }
 	grep -q "chunk $c on disk does not match its journal" "$logs/$cur.server"
+}
+
+# A chunk that fails its checksum on arrival is refused and sent again,
+# alone (WISP_REPL_TEST_CORRUPT damages chunk 5 after the sender hashed it,
+# in every mode).
+corrupt_in_flight() {
+	local d=$work/$cur mode
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((4 * 1024 * 1024 + 99))
+	serve "$d/dst" || return 1
+	for mode in write read send; do
+		rm -f "$d/dst/src"
+		WISP_REPL_TEST_CORRUPT=5 send "$d/src" 127.0.0.1: --chunk 64k --mode "$mode"
+		[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || { stop_serve; return 1; }
+		[ "$(json chunks_bad)" = 1 ] && [ "$(json chunks_sent)" = 66 ] ||
+			{ echo "$mode: $out" >&2; stop_serve; return 1; }
+	done
+	stop_serve
+	grep -q "chunk 5 failed its checksum" "$logs/$cur.server"
 }
 
 # expect_fail CODE PATTERN: the last send failed with CODE and PATTERN.

@@ -52,6 +52,7 @@ struct sjob {
 	uint64_t *slot_chunk;
 	enum fstate state;
 	XXH128_hash_t src_hash;	/* of the source, taken after DONE */
+	int64_t corrupt_chunk;	/* test hook: damage its first sending */
 	/* pacing, stats */
 	double tokens, t_tokens;
 	uint64_t bytes_total, bytes_done, bytes_sent, chunks_sent, chunks_bad;
@@ -461,6 +462,12 @@ static void post_chunk(struct sjob *j, struct stream *s, uint64_t c)
 	m->offset = off;
 	m->len = len;
 	m->hash = XXH3_64bits(buf, len);
+	if ((int64_t)c == j->corrupt_chunk) {
+		/* WISP_REPL_TEST_CORRUPT: as if the chunk were damaged
+		 * between our hash and the receiver's */
+		buf[len / 2] ^= 0x5a;
+		j->corrupt_chunk = -1;
+	}
 	m->addr = (uintptr_t)buf;
 	m->rkey = j->n.data_mr->rkey;
 	j->slot_chunk[slot] = c;
@@ -703,6 +710,8 @@ int run_sender(const struct opts *o)
 	if (j.window < (uint32_t)o->streams)
 		j.window = o->streams;
 	j.tty = isatty(STDOUT_FILENO);
+	j.corrupt_chunk = getenv("WISP_REPL_TEST_CORRUPT") ?
+			  atoll(getenv("WISP_REPL_TEST_CORRUPT")) : -1;
 	j.t_start = j.t_last_event = j.t_tokens = now_s();
 	setup(&j);
 	probe_rtt(&j);
