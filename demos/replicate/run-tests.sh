@@ -41,6 +41,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
+# ctest's timeout sends TERM: kill what we started and clean up
+trap 'exit 143' TERM INT
 
 # wait_listen PORT PID: until something listens on PORT (while PID lives).
 wait_listen() {
