@@ -40,6 +40,7 @@ packages=(
 	build-essential cmake ninja-build pkg-config
 	clang llvm libclang-rt-14-dev
 	libibverbs-dev librdmacm-dev liburing-dev libssl-dev libisal-dev
+	libxxhash-dev
 	libcriterion-dev cppcheck tcpdump openssl
 	ibverbs-utils rdmacm-utils perftest
 	iproute2 file man-db groff-base
@@ -162,6 +163,7 @@ run_cppcheck() {
 
 	[ -d "$top/bench" ] && dirs+=("$top/bench")
 	[ -d "$top/tools" ] && dirs+=("$top/tools")
+	[ -d "$top/demos" ] && dirs+=("$top/demos")
 	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
 		--enable=warning,style,performance,portability \
 		--suppress=missingIncludeSystem \

@@ -1,0 +1,462 @@
+#!/usr/bin/env bash
+# wisp-repl over wisp on loopback (docs/replication.md): the real binary,
+# started through scripts/wisp-run, every process bounded in time.
+#
+#   demos/replicate/run-tests.sh            all cases
+#   demos/replicate/run-tests.sh CASE...    some cases
+#   demos/replicate/run-tests.sh --list     the case names
+#
+# Environment: WISP_REPL (the wisp-repl binary; default
+# build/release/demos/replicate/wisp-repl), WISP_LIB_DIR (wisp's libraries,
+# as for wisp-run), WISP_TEST_LOGS (where output goes; default a temporary
+# folder, kept on failure), REPL_KILLS (kill -9 rounds per side, default 5).
+# Exit status: 0 all passed, 1 some failed, 77 wisp-repl not built.
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+run="$top/scripts/wisp-run"
+repl=${WISP_REPL:-$top/build/release/demos/replicate/wisp-repl}
+logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-repl-test.XXXXXX)}
+mkdir -p "$logs"
+work=$(mktemp -d /tmp/wisp-repl-data.XXXXXX)
+kills=${REPL_KILLS:-5}
+# shellcheck source=../../tests/rdmacm/ports.sh
+. "$top/tests/rdmacm/ports.sh"
+
+cases=(
+	file_write file_read file_send tree_streams rerun_skips
+	kill_sender kill_receiver corrupt_part corrupt_in_flight
+	err_refused err_unreachable err_no_source err_vanished err_enospc
+	err_eacces tls_psk
+)
+
+[ -x "$repl" ] || { echo "wisp-repl not built ($repl)"; exit 77; }
+
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do
+		kill -9 "$p" 2>/dev/null
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+# ctest's timeout sends TERM: kill what we started and clean up
+trap 'exit 143' TERM INT
+
+# wait_listen PORT PID: until something listens on PORT (while PID lives).
+wait_listen() {
+	for _ in $(seq 300); do
+		kill -0 "$2" 2>/dev/null || return 1
+		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# wait_idle: until every job the receiver started has ended (after a
+# sender's death: it noticed and journalled what it had); 30 s at most.
+wait_idle() {
+	local started ended
+	for _ in $(seq 300); do
+		started=$(grep -c "job started" "$logs/$cur.server")
+		ended=$(grep -cE "job ended early|job done" "$logs/$cur.server")
+		[ "$started" -eq "$ended" ] && return 0
+		sleep 0.1
+	done
+	echo "the receiver did not notice the sender's death" >&2
+	return 1
+}
+
+# wait_log PATTERN: until the receiver's log has PATTERN; 30 s at most.
+wait_log() {
+	for _ in $(seq 300); do
+		grep -q "$1" "$logs/$cur.server" && return 0
+		sleep 0.1
+	done
+	echo "no '$1' from the receiver" >&2
+	return 1
+}
+
+# serve DIR [ARGS]: a receiver in the background on a fresh $port; $spid.
+serve() {
+	local dir=$1
+	shift
+	pick_port || return 1
+	"$run" "$repl" serve "$dir" --port "$port" -v "$@" \
+		>>"$logs/$cur.server" 2>&1 &
+	spid=$!
+	pids+=("$spid")
+	wait_listen "$port" "$spid" ||
+		{ echo "receiver did not listen on $port" >&2; return 1; }
+}
+
+stop_serve() {
+	kill "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+}
+
+# send ARGS: the sender, bounded; its exit status in $rc, stdout in $out.
+send() {
+	out=$(timeout 120 "$run" "$repl" send "$@" --port "$port" --json \
+		2>>"$logs/$cur.client")
+	rc=$?
+	echo "$out" >>"$logs/$cur.client"
+	[ "$rc" -ne 124 ] || echo "sender hung" >&2
+}
+
+json() {
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' \
+		"$out" "$1"
+}
+
+mkfile() {
+	head -c "$2" /dev/urandom >"$1"
+}
+
+# one file in MODE, byte for byte
+file_mode() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((20 * 1024 * 1024 + 12345))
+	serve "$d/dst" || return 1
+	send "$d/src" "127.0.0.1:in" --mode "$1" --chunk 256k
+	stop_serve
+	[ "$rc" -eq 0 ] || return 1
+	cmp "$d/src" "$d/dst/in/src" || return 1
+	[ -z "$(ls -A "$d/dst/.wisp-repl")" ] ||
+		{ echo "leftovers in .wisp-repl" >&2; return 1; }
+}
+file_write() { file_mode write; }
+file_read() { file_mode read; }
+file_send() { file_mode send; }
+
+# a tree (nested folders, an empty file, odd names) over 3 streams
+tree_streams() {
+	local d=$work/$cur
+	mkdir -p "$d/dst" "$d/t/a/b c" "$d/t/d%2F"
+	mkfile "$d/t/a/b c/x" $((5 * 1024 * 1024 + 1))
+	mkfile "$d/t/d%2F/y" 4097
+	: >"$d/t/empty"
+	echo hi >"$d/t/a/z"
+	chmod 640 "$d/t/a/z"
+	serve "$d/dst" || return 1
+	send "$d/t" 127.0.0.1: --streams 3 --chunk 64k --window 12
+	stop_serve
+	[ "$rc" -eq 0 ] || return 1
+	diff -r "$d/t" "$d/dst/t" || return 1
+	[ "$(stat -c %a "$d/dst/t/a/z")" = 640 ] || { echo "mode not kept" >&2; return 1; }
+}
+
+# the same command again: nothing sent, every file skipped
+rerun_skips() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	mkfile "$d/src" 3000000
+	serve "$d/dst" || return 1
+	send "$d/src" 127.0.0.1: && [ "$rc" -eq 0 ] || { stop_serve; return 1; }
+	send "$d/src" 127.0.0.1:
+	stop_serve
+	[ "$rc" -eq 0 ] && [ "$(json bytes_sent)" = 0 ] &&
+		[ "$(json files_skipped)" = 1 ] || return 1
+}
+
+# verified chunks in a journal (header 40 bytes, records 24)
+journal_chunks() {
+	local f
+	f=$(ls "$1"/.wisp-repl/*.journal 2>/dev/null | head -n1)
+	[ -n "$f" ] || { echo 0; return; }
+	echo $((($(stat -c %s "$f") - 40) / 24))
+}
+
+rand_ms() {
+	echo $((($1) + RANDOM % ($2 - $1)))
+}
+
+# check_window LOG J: the killed sender's last "credit: sent S credited
+# M" (-v) against the J chunks in the journal: every credited chunk is
+# journalled (M <= J), and what a rerun resends of what was sent is at
+# most one window (S - J <= 64, the default window; S only grows after
+# that line by chunks that are still within the window).
+check_window() {
+	local line s m
+	line=$(grep "^credit: " "$1" | tail -n1)
+	[ -n "$line" ] || return 0	# killed before any credit
+	s=$(echo "$line" | awk '{print $3}')
+	m=$(echo "$line" | awk '{print $5}')
+	[ "$m" -le "$2" ] ||
+		{ echo "the sender had $m chunks credited, the journal holds $2" >&2; return 1; }
+	[ $((s - $2)) -le 64 ] ||
+		{ echo "sent $s, journalled $2: more than a window to resend" >&2; return 1; }
+}
+
+big=$((64 * 1024 * 1024))
+nchunks=$((big / (256 * 1024)))
+
+# kill -9 of the sender at random moments; each rerun finishes, matches,
+# and sends only what the journal lacks.
+kill_sender() {
+	local d=$work/$cur i pid ms j
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $big
+	serve "$d/dst" || return 1
+	for i in $(seq "$kills"); do
+		rm -f "$d/dst/src"
+		touch "$d/src"	# a new version: the receiver starts over
+		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
+			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
+		pid=$!
+		pids+=("$pid")
+		ms=$(rand_ms 100 1800)
+		sleep "$(printf '0.%03d' "$ms")" 2>/dev/null || sleep 1
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		wait_idle || { stop_serve; return 1; }
+		j=$(journal_chunks "$d/dst")
+		check_window "$logs/$cur.killed$i" "$j" || { stop_serve; return 1; }
+		send "$d/src" 127.0.0.1: --chunk 256k
+		echo "round $i: killed after ${ms} ms, $j chunks journalled, rerun: $out" \
+			>>"$logs/$cur.rounds"
+		[ "$rc" -eq 0 ] || { echo "rerun $i: exit $rc" >&2; stop_serve; return 1; }
+		cmp "$d/src" "$d/dst/src" || { stop_serve; return 1; }
+		[ "$(json chunks_repaired)" = 0 ] ||
+			{ echo "rerun $i: the journal named chunks the data lacked" >&2; stop_serve; return 1; }
+		[ "$(json chunks_sent)" -le $((nchunks - j)) ] ||
+			{ echo "rerun $i: sent $(json chunks_sent), journal had $j of $nchunks" >&2; stop_serve; return 1; }
+	done
+	stop_serve
+	cat "$logs/$cur.rounds"
+}
+
+# kill -9 of the receiver at random moments: the sender fails with
+# "connection lost" (exit 6), the rerun against a new receiver finishes.
+kill_receiver() {
+	local d=$work/$cur i pid ms j crc
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $big
+	for i in $(seq "$kills"); do
+		rm -f "$d/dst/src"
+		touch "$d/src"
+		serve "$d/dst" || return 1
+		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --timeout 20 -v \
+			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
+		pid=$!
+		pids+=("$pid")
+		ms=$(rand_ms 100 1800)
+		sleep "$(printf '0.%03d' "$ms")" 2>/dev/null || sleep 1
+		kill -9 "$spid"
+		wait "$spid" 2>/dev/null
+		wait "$pid"
+		crc=$?
+		[ "$crc" -eq 6 ] || [ "$crc" -eq 0 ] ||
+			{ echo "round $i: sender exit $crc, not 6 (connection lost)" >&2; return 1; }
+		[ "$crc" -eq 0 ] || [ ! -e "$d/dst/src" ] ||
+			{ echo "round $i: a partial file under the final name" >&2; return 1; }
+		j=$(journal_chunks "$d/dst")
+		check_window "$logs/$cur.killed$i" "$j" || return 1
+		serve "$d/dst" || return 1
+		send "$d/src" 127.0.0.1: --chunk 256k
+		stop_serve
+		echo "round $i: killed after ${ms} ms, sender exit $crc, $j chunks journalled, rerun: $out" \
+			>>"$logs/$cur.rounds"
+		[ "$rc" -eq 0 ] || { echo "rerun $i: exit $rc" >&2; return 1; }
+		cmp "$d/src" "$d/dst/src" || return 1
+		[ "$(json chunks_repaired)" = 0 ] ||
+			{ echo "rerun $i: the journal named chunks the data lacked" >&2; return 1; }
+		[ "$(json chunks_sent)" -le $((nchunks - j)) ] ||
+			{ echo "rerun $i: sent $(json chunks_sent), journal had $j of $nchunks" >&2; return 1; }
+	done
+	cat "$logs/$cur.rounds"
+}
+
+# A journalled chunk damaged in the .part file is found by the final
+# check and sent again, alone.
+corrupt_part() {
+	local d=$work/$cur pid part jr c
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((16 * 1024 * 1024))
+	serve "$d/dst" || return 1
+	"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --chunk 256k \
+		--limit 8M >/dev/null 2>>"$logs/$cur.client" &
+	pid=$!
+	pids+=("$pid")
+	for _ in $(seq 100); do
+		[ "$(journal_chunks "$d/dst")" -ge 4 ] && break
+		sleep 0.1
+	done
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null
+	wait_idle || { stop_serve; return 1; }
+	part=$(ls "$d/dst"/.wisp-repl/*.part)
+	jr=$(ls "$d/dst"/.wisp-repl/*.journal)
+	# the chunk named by the journal's second record
+	c=$(od -An -t u8 -j $((40 + 24)) -N 8 "$jr" | tr -d ' ')
+	printf '\xff\x00\xff' | dd of="$part" bs=1 seek=$((c * 256 * 1024 + 1000)) \
+		conv=notrunc status=none
+	send "$d/src" 127.0.0.1: --chunk 256k
+	stop_serve
+	[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || return 1
+	[ "$(json chunks_repaired)" = 1 ] ||
+		{ echo "expected 1 repaired chunk, got $(json chunks_repaired)" >&2; return 1; }
+	grep -q "chunk $c on disk does not match its journal" "$logs/$cur.server"
+}
+
+# A chunk that fails its checksum on arrival is refused and sent again,
+# alone (WISP_REPL_TEST_CORRUPT damages chunk 5 after the sender hashed it,
+# in every mode).
+corrupt_in_flight() {
+	local d=$work/$cur mode
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((4 * 1024 * 1024 + 99))
+	serve "$d/dst" || return 1
+	for mode in write read send; do
+		rm -f "$d/dst/src"
+		WISP_REPL_TEST_CORRUPT=5 send "$d/src" 127.0.0.1: --chunk 64k --mode "$mode"
+		[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || { stop_serve; return 1; }
+		[ "$(json chunks_bad)" = 1 ] && [ "$(json chunks_sent)" = 66 ] ||
+			{ echo "$mode: $out" >&2; stop_serve; return 1; }
+	done
+	stop_serve
+	grep -q "chunk 5 failed its checksum" "$logs/$cur.server"
+}
+
+# expect_fail CODE PATTERN: the last send failed with CODE and PATTERN.
+expect_fail() {
+	[ "$rc" -eq "$1" ] ||
+		{ echo "exit $rc, expected $1" >&2; tail -n 3 "$logs/$cur.client" >&2; return 1; }
+	grep -q "$2" "$logs/$cur.client" ||
+		{ echo "no '$2' in the message" >&2; tail -n 3 "$logs/$cur.client" >&2; return 1; }
+	# --json: the summary says so too
+	[ "$(json result)" = error ] && [ "$(json exit)" = "$1" ] ||
+		{ echo "JSON summary: $out" >&2; return 1; }
+}
+
+err_refused() {
+	pick_port || return 1
+	mkfile "$work/$cur.src" 1000
+	send "$work/$cur.src" 127.0.0.1:
+	expect_fail 3 "Connection refused"
+}
+
+# TEST-NET-1: no host answers; bounded by --timeout
+err_unreachable() {
+	pick_port || return 1
+	mkfile "$work/$cur.src" 1000
+	send "$work/$cur.src" 192.0.2.1: --timeout 3
+	expect_fail 3 "192.0.2.1"
+}
+
+err_no_source() {
+	pick_port || return 1
+	send "$work/nonexistent" 127.0.0.1:
+	expect_fail 4 "No such file or directory"
+}
+
+# the source is removed mid-transfer: exit 4, nothing under the final name
+err_vanished() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((24 * 1024 * 1024))
+	serve "$d/dst" || return 1
+	local rmpid
+	# removed once the receiver has opened it, while chunks move
+	(wait_log "chunks already here" && rm -f "$d/src") &
+	rmpid=$!
+	send "$d/src" 127.0.0.1: --limit 16M --chunk 256k
+	wait "$rmpid"
+	stop_serve
+	expect_fail 4 "source vanished" || return 1
+	[ ! -e "$d/dst/src" ] || { echo "incomplete file published" >&2; return 1; }
+}
+
+# the receiver's disk is full: a 4 MiB tmpfs in a private mount namespace
+err_enospc() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	if ! unshare -m true 2>/dev/null; then
+		echo "SKIP: no mount namespace (needs root)"
+		return 0
+	fi
+	mkfile "$d/src" $((16 * 1024 * 1024))
+	pick_port || return 1
+	unshare -m sh -c 'mount -t tmpfs -o size=4m tmpfs "$1" && shift && exec "$@"' \
+		sh "$d/dst" "$run" "$repl" serve "$d/dst" --port "$port" -v \
+		>>"$logs/$cur.server" 2>&1 &
+	spid=$!
+	pids+=("$spid")
+	wait_listen "$port" "$spid" || return 1
+	send "$d/src" 127.0.0.1:
+	stop_serve
+	expect_fail 5 "No space left on device" || return 1
+	[ ! -e "$d/dst/src" ] || { echo "incomplete file published" >&2; return 1; }
+}
+
+# the receiver may not write where it is asked to
+err_eacces() {
+	local d=$work/$cur
+	mkdir -p "$d/dst/ro"
+	mkfile "$d/src" 100000
+	pick_port || return 1
+	if [ "$(id -u)" = 0 ]; then
+		# root ignores mode bits: serve as nobody, ro/ stays root's
+		command -v setpriv >/dev/null || { echo "SKIP: no setpriv"; return 0; }
+		chmod 755 "$work" "$d"
+		chown 65534:65534 "$d/dst"
+		setpriv --reuid=65534 --regid=65534 --clear-groups \
+			"$run" "$repl" serve "$d/dst" --port "$port" -v \
+			>>"$logs/$cur.server" 2>&1 &
+	else
+		chmod 555 "$d/dst/ro"
+		"$run" "$repl" serve "$d/dst" --port "$port" -v \
+			>>"$logs/$cur.server" 2>&1 &
+	fi
+	spid=$!
+	pids+=("$spid")
+	wait_listen "$port" "$spid" || { cat "$logs/$cur.server" >&2; return 1; }
+	send "$d/src" 127.0.0.1:ro
+	stop_serve
+	expect_fail 5 "Permission denied"
+}
+
+# wisp's TLS (WISP_TLS*, docs/tls.md) under the unchanged program: the
+# copy matches, and a plaintext sender is turned away by the TLS receiver.
+tls_psk() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	"$top/tests/tls/make-certs.sh" "$d/tls" >/dev/null 2>&1 ||
+		{ echo "make-certs.sh failed" >&2; return 1; }
+	mkfile "$d/src" $((8 * 1024 * 1024 + 3))
+	export WISP_TLS=required WISP_TLS_PSK_FILE="$d/tls/psk" \
+		WISP_TLS_PSK_IDENTITY=wisp-repl
+	serve "$d/dst" || return 1
+	send "$d/src" 127.0.0.1: --chunk 128k
+	unset WISP_TLS WISP_TLS_PSK_FILE WISP_TLS_PSK_IDENTITY
+	[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || { stop_serve; return 1; }
+	rm -f "$d/dst/src"
+	send "$d/src" 127.0.0.1: --timeout 10
+	stop_serve
+	[ "$rc" -eq 3 ] || { echo "plaintext sender: exit $rc, not 3" >&2; return 1; }
+	[ ! -e "$d/dst/src" ]
+}
+
+if [ "${1:-}" = --list ]; then
+	printf '%s\n' "${cases[@]}"
+	exit 0
+fi
+[ $# -gt 0 ] && cases=("$@")
+failed=()
+for cur in "${cases[@]}"; do
+	start=$(date +%s.%N)
+	if "$cur"; then
+		printf 'PASS %-16s %.1fs\n' "$cur" "$(echo "$(date +%s.%N) - $start" | bc)"
+	else
+		printf 'FAIL %-16s (logs: %s/%s.*)\n' "$cur" "$logs" "$cur"
+		failed+=("$cur")
+	fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "failed: ${failed[*]}"
+	exit 1
+fi
+[ -n "${WISP_TEST_LOGS:-}" ] || rm -rf "$logs"
+exit 0
