@@ -17,7 +17,8 @@
  *   cm_active.c  rdma_connect and its thread
  *   cm_qp.c      rdma_create_qp and friends
  *   cm_ep.c      rdma_getaddrinfo, rdma_create_ep, rdma_get_request
- *   cm_stubs.c   what wisp does not offer (rsockets, multicast, ECE)
+ *   cm_stubs.c   what wisp does not offer (multicast, ECE)
+ *   rsocket_*.c  rsockets, on the public calls only (rsocket_internal.h)
  *
  * Each file calls only files listed above it (cm_qp.c, cm_ep.c and
  * cm_stubs.c sit on top); tests/rdmacm/check-deps.py checks that there
