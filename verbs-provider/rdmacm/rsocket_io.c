@@ -522,6 +522,11 @@ size_t riowrite(int socket, const void *buf, size_t count, off_t offset,
 		left -= xfer;
 		off += xfer;
 	}
+	/* riowrite's users wait for the peer's writes by watching memory,
+	 * not by calling us: hand the socket back to wisp's engine now
+	 * (arming does), or it waits for this thread to stop polling. */
+	rsk_drain_events(rs);
+	(void)rsk_arm(rs);
 	rsk_put(rs);
 	if (ret && left == count) {
 		errno = ret == -EAGAIN ? EWOULDBLOCK : -ret;
