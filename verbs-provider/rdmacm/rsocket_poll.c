@@ -51,7 +51,10 @@ static short rsk_revents(struct rsk *rs, short events, int *wake)
 			rev |= POLLIN;
 		if ((events & POLLOUT) && rsk_can_send(rs))
 			rev |= POLLOUT;
-		if (rs->state == RSK_DISCONNECTED)
+		/* As TCP: data the peer sent before it left is read first;
+		 * the hang-up shows once it is (rstream's do_poll treats
+		 * POLLHUP as an error even next to POLLIN). */
+		if (rs->state == RSK_DISCONNECTED && !rsk_have_data(rs))
 			rev |= POLLHUP;
 		else if (rs->state == RSK_ERROR)
 			rev |= POLLERR;
@@ -215,23 +218,21 @@ int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 		FD_ZERO(writefds);
 	if (exceptfds)
 		FD_ZERO(exceptfds);
+	/* select(2) counts the bits it leaves set. */
 	ret = 0;
 	for (int i = 0; i < n; i++) {
-		bool hit = false;
-
 		if (readfds && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
 			FD_SET(fds[i].fd, readfds);
-			hit = true;
+			ret++;
 		}
 		if (writefds && (fds[i].revents & (POLLOUT | POLLERR))) {
 			FD_SET(fds[i].fd, writefds);
-			hit = true;
+			ret++;
 		}
 		if (exceptfds && (fds[i].revents & POLLPRI)) {
 			FD_SET(fds[i].fd, exceptfds);
-			hit = true;
+			ret++;
 		}
-		ret += hit;
 	}
 out:
 	free(fds);
