@@ -430,7 +430,7 @@ static void set_blocking(int fd, bool nonblock)
 int rsk_connect_step(struct rsk *rs)
 {
 	struct rdma_cm_event *ev;
-	int ret, err;
+	int err;
 
 	if (rs->state != RSK_CONNECTING)
 		return rs->state == RSK_CONNECTED ? 0 : -ENOTCONN;
@@ -442,7 +442,7 @@ int rsk_connect_step(struct rsk *rs)
 		return errno == EAGAIN ? -EINPROGRESS : -errno;
 	rs->id->event = ev;
 	if (ev->event == RDMA_CM_EVENT_ESTABLISHED && !ev->status) {
-		ret = rsk_conn_data_save(rs, ev->param.conn.private_data,
+		int ret = rsk_conn_data_save(rs, ev->param.conn.private_data,
 					 ev->param.conn.private_data_len);
 		if (!ret) {
 			set_blocking(rs->fd, false);

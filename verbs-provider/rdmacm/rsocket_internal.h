@@ -27,9 +27,9 @@
  * Files, each calling only those above it (tests/rdmacm/check-deps.py):
  *   rsocket_core.c   the table of sockets, buffers, QP, connection data,
  *                    completion processing, credits, waiting
- *   rsocket_io.c     rsend / rrecv and their variants, riowrite, riomap
  *   rsocket_api.c    rsocket, rbind, rlisten, raccept, rconnect,
  *                    rshutdown, rclose, names, options, rfcntl
+ *   rsocket_io.c     rsend / rrecv and their variants, riowrite, riomap
  *   rsocket_poll.c   rpoll, rselect
  *
  * Locking: each socket has a mutex guarding all of it; a thread waiting

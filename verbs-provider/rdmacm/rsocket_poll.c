@@ -77,7 +77,6 @@ static int scan(struct pollfd *fds, nfds_t n, struct pollfd *wait, bool arm,
 	int ready = 0;
 
 	for (nfds_t i = 0; i < n; i++) {
-		struct rsk *rs;
 		int wake;
 
 		fds[i].revents = 0;
@@ -94,7 +93,8 @@ static int scan(struct pollfd *fds, nfds_t n, struct pollfd *wait, bool arm,
 			wait[i] = fds[i];
 			wait[i].revents = 0;
 		} else {
-			rs = rsk_get(fds[i].fd);
+			struct rsk *rs = rsk_get(fds[i].fd);
+
 			if (!rs) {
 				fds[i].revents = POLLNVAL;
 			} else {
