@@ -92,11 +92,13 @@ rstream_case() {
 	done
 }
 
-# Blocking calls, data verified, sizes from 1 octet to 1 MiB (crossing
-# the 64 KiB transfer limit and the send and receive buffers).
+# Blocking calls, data verified, sizes from 16 octets to 1 MiB (crossing
+# the 64 KiB transfer limit and the send and receive buffers). Not below
+# 16: rstream's start-up exchange sends 16 octets from a buffer of the
+# size asked (AddressSanitizer reports rstream's own overflow).
 rstream_blocking_sizes() {
 	local s
-	for s in 1 64 4000 65536 100000 1048576; do
+	for s in 16 64 4000 65536 100000 1048576; do
 		rstream_case "rstream_blocking_$s" 120 1 -T b -T v -S "$s" \
 			-C 200 || return 1
 	done
@@ -200,6 +202,15 @@ if ! need ss; then
 	exit 77
 fi
 export WISP_LIB_DIR=${WISP_LIB_DIR:-$top/build/release/lib}
+
+# An AddressSanitizer build of wisp loads into programs that are not
+# instrumented: its runtime must come first, and their own leaks at exit
+# are not ours to report (as run-programs.sh).
+asan=$(ldd "$WISP_LIB_DIR/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
+if [ -n "$asan" ]; then
+	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
 
 selected=("${cases[@]}")
 [ $# -gt 0 ] && selected=("$@")

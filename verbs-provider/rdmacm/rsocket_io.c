@@ -424,8 +424,9 @@ out:
 	return offset;
 }
 
-/* buf stays non-const: it is <rdma/rsocket.h>'s prototype. */
-int riounmap(int socket, void *buf, size_t len) // cppcheck-suppress constParameter
+/* The prototype is rsocket.h's. */
+/* cppcheck-suppress constParameter */
+int riounmap(int socket, void *buf, size_t len)
 {
 	struct rsk *rs = rsk_get(socket);
 	struct rsk_iomr **pp;
