@@ -11,6 +11,8 @@
  *
  * Configuration: WISP_ENGINE=uring|epoll forces a backend; unset, io_uring
  * is used when the kernel allows it and epoll otherwise.
+ * WISP_BUSY_POLL_US bounds how long the engine spins on its sockets after
+ * traffic before it blocks (glue_engine.c "Busy polling").
  */
 #ifndef WISP_GLUE_H
 #define WISP_GLUE_H
@@ -74,6 +76,34 @@ struct glue_engine *glue_engine_create(enum glue_kind kind);
 
 /* Stop the thread and free the engine. Every connection must be gone. */
 void glue_engine_destroy(struct glue_engine *e);
+
+/* WISP_BUSY_POLL_US: 0 .. GLUE_BUSY_POLL_MAX_US microseconds. */
+#define GLUE_BUSY_POLL_DEFAULT_US 50
+#define GLUE_BUSY_POLL_MAX_US     10000
+
+/*
+ * Parse a WISP_BUSY_POLL_US value: decimal digits only, no sign, no
+ * space, no suffix, at most GLUE_BUSY_POLL_MAX_US. Returns 0 and sets
+ * *us, or -EINVAL (NULL, empty or anything else).
+ */
+int glue_busy_poll_parse(const char *s, unsigned *us);
+
+/* What the engine's busy polling did (relaxed reads, any thread). */
+struct glue_engine_stats {
+	uint64_t bp_windows;   /* spins started after traffic */
+	uint64_t bp_spins;     /* passes over the sockets while spinning */
+	uint64_t bp_hits;      /* windows that found octets or completions */
+	uint64_t bp_misses;    /* windows that ran out: the engine slept */
+	uint64_t bp_busy;      /* windows cut short: another thread wanted
+				* the CPU */
+	uint64_t bp_grown;     /* a wake-up soon after blocking widened the
+				* window again */
+	unsigned bp_max_us;    /* the setting */
+	unsigned bp_budget_us; /* the window now */
+};
+
+void glue_engine_get_stats(const struct glue_engine *e,
+			   struct glue_engine_stats *st);
 
 /* "io_uring" or "epoll". */
 const char *glue_engine_name(const struct glue_engine *e);

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -134,6 +136,14 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 bool glue_on_engine(const struct glue_engine *e)
@@ -299,6 +309,215 @@ void glue_conn_free(struct glue_conn *c)
 	pthread_mutex_destroy(&c->tx_lock);
 	pthread_mutex_destroy(&c->rx_lock);
 	free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Busy polling                                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A program that waits for a WRITE by spinning on the last octet of its
+ * buffer (ib_write_lat, many RDMA servers) never enters wisp while it
+ * waits: only the engine can place the octets, and an engine blocked in
+ * io_uring or epoll pays a wake-up per message. So after it moved octets
+ * the engine keeps looking for up to bp_budget_ns before it blocks: each
+ * pass dispatches the backend's completions that are already there
+ * (io_uring: a look at the shared ring, no system call), peeks at each
+ * connection that moved octets within bp_max_ns (recv MSG_PEEK: the
+ * owner is not involved), then yields the CPU (sched_yield: at once
+ * back if no other thread wants this CPU).
+ *
+ * The window adapts. A window that runs out halves the next one; one
+ * that finds something doubles it back towards bp_max_ns; an engine that
+ * blocked and was woken for octets within bp_max_ns widens it to twice
+ * that gap. A pass that came back late (the yield let another thread run
+ * for more than BP_BUSY_NS) means the host has no CPU to spare, and there
+ * a spinning engine is worse than a sleeping one: a runnable thread that
+ * yielded waits for its turn, a woken one is scheduled at once. So the
+ * engine closes the window and stays off busy polling for bp_hold_ns,
+ * which doubles (up to BP_HOLD_MAX_NS) while the host stays busy.
+ *
+ * Idle costs nothing: a window opens only after the engine moved octets
+ * and ends at most bp_budget_ns later.
+ */
+#define BP_BUSY_NS      50000           /* a pass this slow: descheduled */
+#define BP_MIN_NS       1000            /* a shorter window is none */
+#define BP_HOLD_MIN_NS  10000000        /* 10 ms */
+#define BP_HOLD_MAX_NS  1000000000      /* 1 s */
+
+int glue_busy_poll_parse(const char *s, unsigned *us)
+{
+	unsigned long v = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > GLUE_BUSY_POLL_MAX_US)
+			return -EINVAL;
+	}
+	*us = (unsigned)v;
+	return 0;
+}
+
+static int busy_poll_setting(unsigned *us)
+{
+	const char *env = getenv("WISP_BUSY_POLL_US");
+
+	*us = GLUE_BUSY_POLL_DEFAULT_US;
+	if (!env)
+		return 0;
+	if (!glue_busy_poll_parse(env, us))
+		return 0;
+	fprintf(stderr, "wisp: WISP_BUSY_POLL_US=\"%s\" is not valid; accepted "
+		"values: 0 .. %u (microseconds)\n", env, GLUE_BUSY_POLL_MAX_US);
+	return -EINVAL;
+}
+
+#define BP_INC(e, f) atomic_fetch_add_explicit(&(e)->bp_st.f, 1, \
+					       memory_order_relaxed)
+
+void glue_engine_get_stats(const struct glue_engine *e,
+			   struct glue_engine_stats *st)
+{
+	struct glue_engine *m = (struct glue_engine *)e;
+
+#define BP_GET(f) atomic_load_explicit(&m->bp_st.f, memory_order_relaxed)
+	st->bp_windows = BP_GET(windows);
+	st->bp_spins = BP_GET(spins);
+	st->bp_hits = BP_GET(hits);
+	st->bp_misses = BP_GET(misses);
+	st->bp_busy = BP_GET(busy);
+	st->bp_grown = BP_GET(grown);
+#undef BP_GET
+	st->bp_max_us = (unsigned)(e->bp_max_ns / 1000);
+	st->bp_budget_us = (unsigned)(atomic_load_explicit(&m->bp_budget_pub,
+					memory_order_relaxed) / 1000);
+}
+
+static void bp_set_budget(struct glue_engine *e, int64_t ns)
+{
+	if (ns > e->bp_max_ns)
+		ns = e->bp_max_ns;
+	e->bp_budget_ns = ns;
+	atomic_store_explicit(&e->bp_budget_pub, ns, memory_order_relaxed);
+}
+
+/* The engine moved octets on c (engine thread). */
+static void bp_active(struct glue_engine *e, struct glue_conn *c)
+{
+	int64_t t;
+
+	if (!e->bp_max_ns)
+		return;
+	t = now_ns();
+	e->bp_active_ns = c->bp_active_ns = t;
+	if (e->bp_woke_after_ns < 0)
+		return;
+	/* It blocked and octets came soon after: a window that long would
+	 * have caught them. */
+	if (t >= e->bp_hold_until_ns &&
+	    e->bp_woke_after_ns * 2 > e->bp_budget_ns) {
+		bp_set_budget(e, e->bp_woke_after_ns * 2);
+		BP_INC(e, grown);
+	}
+	e->bp_woke_after_ns = -1;
+}
+
+/* The engine blocks (before) and is back (after), around be->wait. */
+static void bp_block(struct glue_engine *e, bool before)
+{
+	int64_t t;
+
+	if (!e->bp_max_ns)
+		return;
+	t = now_ns();
+	if (before) {
+		e->bp_slept_ns = t;
+		return;
+	}
+	e->bp_woke_after_ns = t - e->bp_slept_ns < e->bp_max_ns ?
+			      t - e->bp_slept_ns : -1;
+}
+
+/* Octets, or the end of the stream, wait on c's socket. */
+static bool bp_readable(const struct glue_conn *c)
+{
+	char b;
+	ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return r >= 0 || (errno != EAGAIN && errno != EINTR);
+}
+
+/*
+ * Spin while the window lasts. Returns true when something turned up (the
+ * engine makes another pass), false when it should block.
+ */
+static bool busy_poll(struct glue_engine *e)
+{
+	int64_t start, end, prev, since, app_ms;
+	bool hit = false;
+
+	if (!e->bp_max_ns || e->bp_budget_ns < BP_MIN_NS)
+		return false;
+	start = now_ns();
+	end = e->bp_active_ns + e->bp_budget_ns;
+	if (start >= end || start < e->bp_hold_until_ns)
+		return false;
+	since = start - e->bp_max_ns;
+	app_ms = now_ms() - GLUE_APP_POLL_MS;
+	BP_INC(e, windows);
+	for (prev = start;;) {
+		struct glue_conn *c;
+		int64_t now;
+
+		BP_INC(e, spins);
+		if (atomic_exchange(&e->pending, false) || e->be->peek(e) > 0)
+			hit = true;
+		for (c = e->conns; c; c = c->next) {
+			/* Only sockets the engine itself waits on and moved
+			 * octets on lately; one that an application thread
+			 * polls is that thread's. */
+			if (conn_stopped(c) || !c->rx_armed ||
+			    c->bp_active_ns < since ||
+			    atomic_load_explicit(&c->app_rx_ms,
+						 memory_order_relaxed) > app_ms)
+				continue;
+			if (bp_readable(c)) {
+				atomic_store(&c->rx_more, true);
+				hit = true;
+				glue_stat_busy_poll(c, true);
+			} else {
+				glue_stat_busy_poll(c, false);
+			}
+		}
+		if (hit)
+			break;
+		sched_yield();
+		now = now_ns();
+		if (now - prev > BP_BUSY_NS) {
+			/* Someone else had this CPU: spinning only delays
+			 * us behind them. */
+			BP_INC(e, busy);
+			e->bp_hold_until_ns = now + e->bp_hold_ns;
+			e->bp_hold_ns = e->bp_hold_ns * 2 > BP_HOLD_MAX_NS ?
+					BP_HOLD_MAX_NS : e->bp_hold_ns * 2;
+			bp_set_budget(e, e->bp_budget_ns / 4);
+			return false;
+		}
+		prev = now;
+		if (now >= end) {
+			BP_INC(e, misses);
+			bp_set_budget(e, e->bp_budget_ns / 2);
+			return false;
+		}
+	}
+	BP_INC(e, hits);
+	e->bp_hold_ns = BP_HOLD_MIN_NS;
+	bp_set_budget(e, e->bp_budget_ns * 2);
+	return true;
 }
 
 /* ------------------------------------------------------------------ */
@@ -551,6 +770,8 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	}
 	r = rx_drain(c, 16, &got);
 	pthread_mutex_unlock(&c->rx_lock);
+	if (got)
+		bp_active(e, c);
 	if (atomic_exchange(&c->close_req, false))
 		conn_start_close(c);
 	end = atomic_load(&c->rx_end);
@@ -585,6 +806,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 			break;
 		if (c->tls) {
 			TSAN_SENT(c);
+			bp_active(e, c);
 			conn_tls_start_tx(e, c, n);
 			continue;
 		}
@@ -593,6 +815,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		c->tx_busy = true;
 		glue_stat_tx_start(c);
 		TSAN_SENT(c);
+		bp_active(e, c);
 		e->be->start_tx(e, c);
 	}
 	/* A graceful close half-closes once everything queued is out. */
@@ -676,6 +899,8 @@ static void *engine_main(void *arg)
 
 		run_commands(e);
 		timeout = pump_all(e);
+		if (busy_poll(e))
+			continue;
 		atomic_store(&e->sleeping, true);
 		if (atomic_exchange(&e->pending, false)) {
 			atomic_store(&e->sleeping, false);
@@ -683,7 +908,9 @@ static void *engine_main(void *arg)
 		}
 		if (atomic_load(&e->stop) && !e->conns)
 			break;
+		bp_block(e, true);
 		e->be->wait(e, timeout);
+		bp_block(e, false);
 		atomic_store(&e->sleeping, false);
 	}
 	run_commands(e);
@@ -716,9 +943,12 @@ static int pick_kind(enum glue_kind *kind)
 struct glue_engine *glue_engine_create(enum glue_kind kind)
 {
 	struct glue_engine *e;
+	unsigned bp_us;
 	int ret;
 
 	ret = pick_kind(&kind);
+	if (!ret)
+		ret = busy_poll_setting(&bp_us);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
@@ -732,6 +962,10 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	}
 	pthread_mutex_init(&e->cmd_lock, NULL);
 	pthread_cond_init(&e->cmd_cond, NULL);
+	e->bp_max_ns = (int64_t)bp_us * 1000;
+	bp_set_budget(e, e->bp_max_ns);
+	e->bp_hold_ns = BP_HOLD_MIN_NS;
+	e->bp_woke_after_ns = -1;
 	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
 	ret = e->be->init(e);
 	if (ret && kind == GLUE_AUTO) {
@@ -775,6 +1009,20 @@ void glue_engine_destroy(struct glue_engine *e)
 		}
 	}
 	pthread_join(e->thread, NULL);
+	if (e->bp_max_ns) {
+		struct glue_engine_stats st;
+
+		glue_engine_get_stats(e, &st);
+		glue_debug("engine %p busy poll %u us: windows %llu spins %llu "
+			   "hits %llu misses %llu busy %llu grown %llu, "
+			   "window %u us", (void *)e, st.bp_max_us,
+			   (unsigned long long)st.bp_windows,
+			   (unsigned long long)st.bp_spins,
+			   (unsigned long long)st.bp_hits,
+			   (unsigned long long)st.bp_misses,
+			   (unsigned long long)st.bp_busy,
+			   (unsigned long long)st.bp_grown, st.bp_budget_us);
+	}
 	e->be->fini(e);
 	close(e->wake_fd);
 	pthread_cond_destroy(&e->cmd_cond);

@@ -108,7 +108,7 @@ static void ep_arm_tx(struct glue_engine *e, struct glue_conn *c)
 	ep_mod(e->be_priv, c);
 }
 
-static void ep_wait(struct glue_engine *e, int timeout_ms)
+static int ep_poll(struct glue_engine *e, int timeout_ms)
 {
 	struct epoll_priv *p = e->be_priv;
 	struct epoll_event evs[64];
@@ -140,6 +140,17 @@ static void ep_wait(struct glue_engine *e, int timeout_ms)
 		if (c->ep_want)
 			ep_mod(p, c);
 	}
+	return n > 0 ? n : 0;
+}
+
+static void ep_wait(struct glue_engine *e, int timeout_ms)
+{
+	ep_poll(e, timeout_ms);
+}
+
+static int ep_peek(struct glue_engine *e)
+{
+	return ep_poll(e, 0);
 }
 
 const struct glue_backend glue_epoll_backend = {
@@ -152,4 +163,5 @@ const struct glue_backend glue_epoll_backend = {
 	.start_tx = ep_start_tx,
 	.arm_tx = ep_arm_tx,
 	.wait = ep_wait,
+	.peek = ep_peek,
 };

@@ -90,6 +90,10 @@ struct glue_conn {
 	struct glue_conn_stats own_st;
 	size_t tx_offered;        /* octets of the send in flight */
 	int64_t tx_start_ns;      /* when the engine submitted it */
+
+	/* Busy polling (engine thread): when the engine last moved octets
+	 * on c; the engine spins only on connections that did lately. */
+	int64_t bp_active_ns;
 };
 
 /* ---- glue_stats.c: counting, under the side's lock ---- */
@@ -104,6 +108,8 @@ void glue_stat_tx_direct(struct glue_conn *c, int niov, long n, int err);
 void glue_stat_tx_eagain(struct glue_conn *c);
 /* A recvmsg returned r (errno err); engine: on the engine thread. */
 void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
+/* The busy-polling engine peeked at c's socket; hit: octets were there. */
+void glue_stat_busy_poll(struct glue_conn *c, bool hit);
 
 struct glue_backend {
 	const char *name;
@@ -122,6 +128,9 @@ struct glue_backend {
 	/* Block for events up to timeout_ms (-1: no limit) and dispatch
 	 * them; the wake eventfd ends the wait. */
 	void (*wait)(struct glue_engine *e, int timeout_ms);
+	/* Busy polling: hand queued requests to the kernel and dispatch
+	 * the events already there, without blocking. Returns how many. */
+	int (*peek)(struct glue_engine *e);
 };
 
 struct glue_cmd {
@@ -141,6 +150,19 @@ struct glue_engine {
 	atomic_bool stop;
 	struct glue_conn *conns;
 	bool recheck;             /* a pass skipped a polled connection */
+
+	/* Busy polling (glue_engine.c "Busy polling"), engine thread. */
+	int64_t bp_max_ns;        /* WISP_BUSY_POLL_US; 0: never spin */
+	int64_t bp_budget_ns;     /* the window now, adapted */
+	int64_t bp_active_ns;     /* the engine last moved octets */
+	_Atomic int64_t bp_budget_pub; /* bp_budget_ns, for the stats */
+	int64_t bp_slept_ns;      /* it last blocked */
+	int64_t bp_woke_after_ns; /* and woke that soon after (-1: late) */
+	int64_t bp_hold_ns;       /* the next stay off after a busy host */
+	int64_t bp_hold_until_ns; /* no spinning before this */
+	struct {
+		_Atomic uint64_t windows, spins, hits, misses, busy, grown;
+	} bp_st;
 
 	pthread_mutex_t cmd_lock;
 	pthread_cond_t cmd_cond;
