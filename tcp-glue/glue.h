@@ -77,16 +77,23 @@ struct glue_engine *glue_engine_create(enum glue_kind kind);
 /* Stop the thread and free the engine. Every connection must be gone. */
 void glue_engine_destroy(struct glue_engine *e);
 
-/* WISP_BUSY_POLL_US: 0 .. GLUE_BUSY_POLL_MAX_US microseconds. */
-#define GLUE_BUSY_POLL_DEFAULT_US 50
+/*
+ * WISP_BUSY_POLL_US: auto (the default), or 0 .. GLUE_BUSY_POLL_MAX_US
+ * microseconds. auto is GLUE_BUSY_POLL_AUTO_US on a host with at least
+ * GLUE_BUSY_POLL_AUTO_CPUS online CPUs, else 0: with fewer, the engine's
+ * spinning competes with the application's own (docs/configuration.md).
+ */
+#define GLUE_BUSY_POLL_AUTO_US    50
+#define GLUE_BUSY_POLL_AUTO_CPUS  4
 #define GLUE_BUSY_POLL_MAX_US     10000
 
 /*
- * Parse a WISP_BUSY_POLL_US value: decimal digits only, no sign, no
- * space, no suffix, at most GLUE_BUSY_POLL_MAX_US. Returns 0 and sets
- * *us, or -EINVAL (NULL, empty or anything else).
+ * Parse a WISP_BUSY_POLL_US value: "auto", or decimal digits only (no
+ * sign, space or suffix) up to GLUE_BUSY_POLL_MAX_US. ncpus is the
+ * number of online CPUs that auto goes by. Returns 0 and sets *us, or
+ * -EINVAL (NULL, empty or anything else).
  */
-int glue_busy_poll_parse(const char *s, unsigned *us);
+int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us);
 
 /* What the engine's busy polling did (relaxed reads, any thread). */
 struct glue_engine_stats {

@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -345,12 +344,17 @@ void glue_conn_free(struct glue_conn *c)
 #define BP_HOLD_MIN_NS  10000000        /* 10 ms */
 #define BP_HOLD_MAX_NS  1000000000      /* 1 s */
 
-int glue_busy_poll_parse(const char *s, unsigned *us)
+int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us)
 {
 	unsigned long v = 0;
 
 	if (!s || !*s)
 		return -EINVAL;
+	if (!strcmp(s, "auto")) {
+		*us = ncpus >= GLUE_BUSY_POLL_AUTO_CPUS ?
+		      GLUE_BUSY_POLL_AUTO_US : 0;
+		return 0;
+	}
 	for (const char *p = s; *p; p++) {
 		if (*p < '0' || *p > '9')
 			return -EINVAL;
@@ -362,17 +366,26 @@ int glue_busy_poll_parse(const char *s, unsigned *us)
 	return 0;
 }
 
+/* The CPUs this process may run on (a cpuset or taskset may allow fewer
+ * than the host has). */
+static long usable_cpus(void)
+{
+	cpu_set_t set;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		return CPU_COUNT(&set);
+	return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static int busy_poll_setting(unsigned *us)
 {
 	const char *env = getenv("WISP_BUSY_POLL_US");
 
-	*us = GLUE_BUSY_POLL_DEFAULT_US;
-	if (!env)
-		return 0;
-	if (!glue_busy_poll_parse(env, us))
+	if (!glue_busy_poll_parse(env ? env : "auto", usable_cpus(), us))
 		return 0;
 	fprintf(stderr, "wisp: WISP_BUSY_POLL_US=\"%s\" is not valid; accepted "
-		"values: 0 .. %u (microseconds)\n", env, GLUE_BUSY_POLL_MAX_US);
+		"values: auto, 0 .. %u (microseconds)\n", env,
+		GLUE_BUSY_POLL_MAX_US);
 	return -EINVAL;
 }
 
