@@ -418,15 +418,15 @@ static void bp_set_budget(struct glue_engine *e, int64_t ns)
 	atomic_store_explicit(&e->bp_budget_pub, ns, memory_order_relaxed);
 }
 
-/* The engine moved octets on c (engine thread). */
-static void bp_active(struct glue_engine *e, struct glue_conn *c)
+/* The engine moved octets (engine thread). */
+static void bp_active(struct glue_engine *e)
 {
 	int64_t t;
 
 	if (!e->bp_max_ns)
 		return;
 	t = now_ns();
-	e->bp_active_ns = c->bp_active_ns = t;
+	e->bp_active_ns = t;
 	if (e->bp_woke_after_ns < 0)
 		return;
 	/* It blocked and octets came soon after: a window that long would
@@ -455,22 +455,13 @@ static void bp_block(struct glue_engine *e, bool before)
 			      t - e->bp_slept_ns : -1;
 }
 
-/* Octets, or the end of the stream, wait on c's socket. */
-static bool bp_readable(const struct glue_conn *c)
-{
-	char b;
-	ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-
-	return r >= 0 || (errno != EAGAIN && errno != EINTR);
-}
-
 /*
  * Spin while the window lasts. Returns true when something turned up (the
  * engine makes another pass), false when it should block.
  */
 static bool busy_poll(struct glue_engine *e)
 {
-	int64_t start, end, prev, since, app_ms;
+	int64_t start, end, prev;
 	bool hit = false;
 
 	if (!e->bp_max_ns || e->bp_budget_ns < BP_MIN_NS)
@@ -479,33 +470,19 @@ static bool busy_poll(struct glue_engine *e)
 	end = e->bp_active_ns + e->bp_budget_ns;
 	if (start >= end || start < e->bp_hold_until_ns)
 		return false;
-	since = start - e->bp_max_ns;
-	app_ms = now_ms() - GLUE_APP_POLL_MS;
 	BP_INC(e, windows);
 	for (prev = start;;) {
-		struct glue_conn *c;
 		int64_t now;
 
 		BP_INC(e, spins);
-		if (atomic_exchange(&e->pending, false) || e->be->peek(e) > 0)
+		if (atomic_exchange(&e->pending, false))
 			hit = true;
-		for (c = e->conns; c; c = c->next) {
-			/* Only sockets the engine itself waits on and moved
-			 * octets on lately; one that an application thread
-			 * polls is that thread's. */
-			if (conn_stopped(c) || !c->rx_armed ||
-			    c->bp_active_ns < since ||
-			    atomic_load_explicit(&c->app_rx_ms,
-						 memory_order_relaxed) > app_ms)
-				continue;
-			if (bp_readable(c)) {
-				atomic_store(&c->rx_more, true);
-				hit = true;
-				glue_stat_busy_poll(c, true);
-			} else {
-				glue_stat_busy_poll(c, false);
-			}
-		}
+		/* A socket that became readable completes its poll (io_uring)
+		 * or shows in epoll_wait: glue_rx_ready() counts the hit. */
+		e->bp_spinning = true;
+		if (e->be->peek(e) > 0)
+			hit = true;
+		e->bp_spinning = false;
 		if (hit)
 			break;
 		sched_yield();
@@ -547,6 +524,8 @@ void glue_conn_release(struct glue_conn *c)
 
 void glue_rx_ready(struct glue_conn *c)
 {
+	if (c->e->bp_spinning)
+		glue_stat_busy_hit(c);
 	c->rx_op = false;
 	c->rx_armed = false;
 }
@@ -784,7 +763,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	r = rx_drain(c, 16, &got);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (got)
-		bp_active(e, c);
+		bp_active(e);
 	if (atomic_exchange(&c->close_req, false))
 		conn_start_close(c);
 	end = atomic_load(&c->rx_end);
@@ -819,7 +798,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 			break;
 		if (c->tls) {
 			TSAN_SENT(c);
-			bp_active(e, c);
+			bp_active(e);
 			conn_tls_start_tx(e, c, n);
 			continue;
 		}
@@ -828,7 +807,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		c->tx_busy = true;
 		glue_stat_tx_start(c);
 		TSAN_SENT(c);
-		bp_active(e, c);
+		bp_active(e);
 		e->be->start_tx(e, c);
 	}
 	/* A graceful close half-closes once everything queued is out. */

@@ -91,9 +91,6 @@ struct glue_conn {
 	size_t tx_offered;        /* octets of the send in flight */
 	int64_t tx_start_ns;      /* when the engine submitted it */
 
-	/* Busy polling (engine thread): when the engine last moved octets
-	 * on c; the engine spins only on connections that did lately. */
-	int64_t bp_active_ns;
 };
 
 /* ---- glue_stats.c: counting, under the side's lock ---- */
@@ -108,8 +105,8 @@ void glue_stat_tx_direct(struct glue_conn *c, int niov, long n, int err);
 void glue_stat_tx_eagain(struct glue_conn *c);
 /* A recvmsg returned r (errno err); engine: on the engine thread. */
 void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
-/* The busy-polling engine peeked at c's socket; hit: octets were there. */
-void glue_stat_busy_poll(struct glue_conn *c, bool hit);
+/* The busy-polling engine found c readable. */
+void glue_stat_busy_hit(struct glue_conn *c);
 
 struct glue_backend {
 	const char *name;
@@ -160,6 +157,7 @@ struct glue_engine {
 	int64_t bp_woke_after_ns; /* and woke that soon after (-1: late) */
 	int64_t bp_hold_ns;       /* the next stay off after a busy host */
 	int64_t bp_hold_until_ns; /* no spinning before this */
+	bool bp_spinning;         /* be->peek runs in a busy poll */
 	struct {
 		_Atomic uint64_t windows, spins, hits, misses, busy, grown;
 	} bp_st;

@@ -4,7 +4,7 @@
  *
  * Called with the side's lock held (tx_lock, rx_lock), so increments are
  * relaxed loads and stores (tx_eagain, counted by the epoll backend
- * outside tx_lock, and the busy-polling counts, taken by the engine
+ * outside tx_lock, and the busy-polling hits, counted by the engine
  * without rx_lock, take an atomic add). The only clock read is the engine's, once per
  * submitted send (clock_gettime through the vDSO: no system call).
  */
@@ -156,12 +156,8 @@ void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine)
 		ADD(st->rx_direct, 1);
 }
 
-void glue_stat_busy_poll(struct glue_conn *c, bool hit)
+void glue_stat_busy_hit(struct glue_conn *c)
 {
-	struct glue_conn_stats *st = stats(c);
-
-	atomic_fetch_add_explicit(&st->rx_busy_polls, 1, memory_order_relaxed);
-	if (hit)
-		atomic_fetch_add_explicit(&st->rx_busy_hits, 1,
-					  memory_order_relaxed);
+	atomic_fetch_add_explicit(&stats(c)->rx_busy_hits, 1,
+				  memory_order_relaxed);
 }

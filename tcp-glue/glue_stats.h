@@ -29,8 +29,8 @@ struct glue_conn_stats {
 	_Atomic uint64_t rx_direct;    /* of those, on a polling thread */
 	_Atomic uint64_t rx_octets;
 	_Atomic uint64_t rx_empty;     /* recvmsg calls that found nothing */
-	_Atomic uint64_t rx_busy_polls; /* engine busy polling: peeks */
-	_Atomic uint64_t rx_busy_hits; /* of those, that found octets */
+	_Atomic uint64_t rx_busy_hits; /* readable, found by the engine
+					* while busy polling (no wake-up) */
 };
 
 /*

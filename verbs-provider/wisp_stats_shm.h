@@ -151,7 +151,6 @@ static const struct wisp_stats_field wisp_stats_fields[] = {
 	WISP_STATS_F("sock_rx_direct", sock.rx_direct),
 	WISP_STATS_F("sock_rx_octets", sock.rx_octets),
 	WISP_STATS_F("sock_rx_empty", sock.rx_empty),
-	WISP_STATS_F("sock_rx_busy_polls", sock.rx_busy_polls),
 	WISP_STATS_F("sock_rx_busy_hits", sock.rx_busy_hits),
 	WISP_STATS_F("streams", streams),
 	WISP_STATS_F("streams_ended", streams_ended),
