@@ -83,9 +83,9 @@ void glue_engine_destroy(struct glue_engine *e);
  * GLUE_BUSY_POLL_AUTO_CPUS online CPUs, else 0: with fewer, the engine's
  * spinning competes with the application's own (docs/configuration.md).
  */
-#define GLUE_BUSY_POLL_AUTO_US    50
+#define GLUE_BUSY_POLL_AUTO_US    50u
 #define GLUE_BUSY_POLL_AUTO_CPUS  4
-#define GLUE_BUSY_POLL_MAX_US     10000
+#define GLUE_BUSY_POLL_MAX_US     10000u
 
 /*
  * Parse a WISP_BUSY_POLL_US value: "auto", or decimal digits only (no
