@@ -320,11 +320,13 @@ void glue_conn_free(struct glue_conn *c)
  * waits: only the engine can place the octets, and an engine blocked in
  * io_uring or epoll pays a wake-up per message. So after it moved octets
  * the engine keeps looking for up to bp_budget_ns before it blocks: each
- * pass dispatches the backend's completions that are already there
- * (io_uring: a look at the shared ring, no system call), peeks at each
- * connection that moved octets within bp_max_ns (recv MSG_PEEK: the
- * owner is not involved), then yields the CPU (sched_yield: at once
- * back if no other thread wants this CPU).
+ * pass dispatches the events the backend already has (io_uring: a look
+ * at the shared completion ring, no system call unless requests wait to
+ * be submitted; epoll: epoll_wait with no timeout), among them the
+ * readiness of the sockets it waits on, then yields the CPU (sched_yield:
+ * at once back if no other thread wants this CPU). A socket that an
+ * application thread polls itself is not waited on (GLUE_APP_POLL_MS),
+ * so it is not spun on either.
  *
  * The window adapts. A window that runs out halves the next one; one
  * that finds something doubles it back towards bp_max_ns; an engine that
