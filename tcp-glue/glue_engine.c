@@ -641,19 +641,21 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	if (conn_stopped(c))
 		return false;
 	atomic_store_explicit(&c->app_rx_ms, now_ms(), memory_order_relaxed);
-	/* Through TLS a read holds the session's lock, which the engine's
-	 * SSL_write needs. While sends wait, look without the lock first
-	 * and, if nothing is there to read, encrypt and send them here
-	 * rather than spin beside the engine. (With nothing to send, as a
-	 * ping-pong waits, the look would only add a system call.) */
-	if (c->tls && atomic_load(&c->tx_more) && glue_tls_rx_idle(c->tls)) {
-		glue_conn_send_now(c);
-		return false;
-	}
 	if (pthread_mutex_trylock(&c->rx_lock))
 		return false;
 	if (conn_stopped(c)) {
 		pthread_mutex_unlock(&c->rx_lock);
+		return false;
+	}
+	/* Through TLS a read holds the session's lock, which the engine's
+	 * SSL_write needs. While sends wait, look without that lock first
+	 * (rx_lock keeps c->tls and the socket from being finished under
+	 * us) and, if nothing is there to read, encrypt and send them here
+	 * rather than spin beside the engine. With nothing to send, as a
+	 * ping-pong waits, the look would only add a system call. */
+	if (c->tls && atomic_load(&c->tx_more) && glue_tls_rx_idle(c->tls)) {
+		pthread_mutex_unlock(&c->rx_lock);
+		glue_conn_send_now(c);
 		return false;
 	}
 	r = rx_drain(c, 8, &got);

@@ -520,7 +520,7 @@ static struct rsk_sge tsge_read(struct rsk *rs)
 {
 	struct rsk_sge s;
 
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	rsk_peer_fence();
 	memcpy(&s, (const void *)&rs->tsgl[rs->tsge], sizeof(s));
 	return s;
 }

@@ -295,4 +295,19 @@ void rsk_free_iomaps(struct rsk *rs);
 int rsk_value_to_scale(int value, int bits);
 int rsk_scale_to_value(int value, int bits);
 
+/*
+ * Before reading memory the peer writes by RDMA WRITE (its SGL offers,
+ * its iomap entries): the completion that announced the write was taken
+ * from a CQ under the CQ's lock, which orders the placement before this
+ * read for ThreadSanitizer; the fence keeps the compiler and CPU from
+ * reading early. gcc refuses fences under -fsanitize=thread, and TSan
+ * needs none here.
+ */
+static inline void rsk_peer_fence(void)
+{
+#ifndef __SANITIZE_THREAD__
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
+
 #endif /* WISP_RSOCKET_INTERNAL_H */

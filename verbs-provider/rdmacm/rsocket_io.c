@@ -456,7 +456,7 @@ static bool find_iomap(struct rsk *rs, uint64_t offset, struct rsk_iomap *out)
 	for (int i = 0; i < rs->iomap_size; i++) {
 		struct rsk_iomap e;
 
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		rsk_peer_fence();
 		memcpy(&e, (const void *)&rs->tiomap[i], sizeof(e));
 		if (e.sge.length && offset >= e.offset &&
 		    offset < e.offset + e.sge.length) {
