@@ -289,6 +289,20 @@ hserve() {
 	return 1
 }
 
+# snap_stuck: wisp's server still runs after its peer has finished (a
+# stall): keep what its sockets and counters show (host.ss: Recv-Q and
+# tcp_info; host.stat: wisp-stat --json; guest.ss: the siw side's
+# Send-Q), to tell octets left unread in wisp's socket from octets that
+# never reached it (docs/interop.md, open problems).
+snap_stuck() {
+	local ws=$WISP_LIB_DIR/../tools/wisp-stat
+	kill -0 $hp 2>/dev/null || return 0
+	ss -tnpi 2>/dev/null | grep -A1 "pid=$hp," >"$cdir/host.ss"
+	[ -x "$ws" ] && timeout 5 "$ws" --json >"$cdir/host.stat" 2>&1
+	gctl -t 10 "ss -tni" >"$cdir/guest.ss" 2>&1
+	return 0
+}
+
 # hreap SECONDS: let wisp's server end (killed after SECONDS), its status
 # in h_rc; then wait until its listener is gone
 hreap() {
@@ -371,6 +385,7 @@ run_perf() { # TEST SIZE ITERS
 		hserve "$bin" "${args[@]}" -p $h_srv || return
 		gstart "$name" timeout 30 "$bin" "${args[@]}" -p $g_port 10.0.2.100
 		gfinish "$name" 35
+		snap_stuck
 		hreap 10
 	fi
 	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
