@@ -301,6 +301,33 @@ Test(rdmacm, channel_destroyed_under_a_waiter)
 	pthread_detach(t);
 }
 
+/*
+ * The other order, which crashed rping's client in 1 run of ~100 under
+ * load (SIGBUS in rdma_get_cm_event): its CM thread is between two calls
+ * when the main thread destroys the channel, and calls again afterwards.
+ * That call must find a dead channel (not freed memory: ASan) and wait
+ * like the waiter above, never return.
+ */
+Test(rdmacm, channel_destroyed_before_the_next_call)
+{
+	struct sigaction sa = { .sa_handler = on_usr1 };  /* no SA_RESTART */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	pthread_t t;
+
+	cr_assert_not_null(ch);
+	cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+	rdma_destroy_event_channel(ch);
+	atomic_store(&waiter_returned, false);
+	cr_assert_eq(pthread_create(&t, NULL, channel_waiter, ch), 0);
+	for (int i = 0; i < 5; i++) {
+		usleep(20 * 1000);
+		pthread_kill(t, SIGUSR1);
+	}
+	cr_assert(!atomic_load(&waiter_returned),
+		  "rdma_get_cm_event returned from a destroyed channel");
+	pthread_detach(t);
+}
+
 Test(rdmacm, getaddrinfo)
 {
 	struct rdma_addrinfo hints = {

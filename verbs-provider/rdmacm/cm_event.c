@@ -35,6 +35,32 @@ struct wcm_channel *wcm_channel_new(void)
 	return ch;
 }
 
+/*
+ * A destroyed channel stays allocated while the next WCM_DEAD_KEEP
+ * channels are destroyed: a program's CM thread may be between two
+ * rdma_get_cm_event() calls when its main thread destroys the channel
+ * (rping does), and its next call must find a dead channel, not freed
+ * memory. Over rdma-core that call reads a closed descriptor; here it
+ * waits forever, as a waiter already inside does. wcm.lock held.
+ */
+#define WCM_DEAD_KEEP 64
+static struct wcm_channel *dead_ring[WCM_DEAD_KEEP];
+static unsigned int dead_next;
+
+static void bury(struct wcm_channel *ch)
+{
+	struct wcm_channel *old = dead_ring[dead_next];
+
+	dead_ring[dead_next] = ch;
+	dead_next = (dead_next + 1) % WCM_DEAD_KEEP;
+	if (!old)
+		return;
+	if (old->waiters)
+		old->orphan = true;     /* its last waiter to wake frees it */
+	else
+		free(old);
+}
+
 void wcm_channel_free(struct wcm_channel *ch)
 {
 	while (ch->head) {
@@ -48,12 +74,8 @@ void wcm_channel_free(struct wcm_channel *ch)
 		return;
 	close(ch->ch.fd);
 	ch->ch.fd = -1;
-	/* A thread still waiting in rdma_get_cm_event() owns the memory
-	 * from now on (see there). */
-	if (ch->waiters)
-		ch->dead = true;
-	else
-		free(ch);
+	ch->dead = true;
+	bury(ch);
 }
 
 static void level_up(struct wcm_channel *ch)
@@ -223,16 +245,17 @@ static int give_private_channel(struct wcm_id *child)
 }
 
 /*
- * The channel was destroyed while this thread waited on it (rping does
- * that: its main thread destroys the channel its CM thread reads). Over
- * rdma-core the thread is blocked in the kernel's read() of a file whose
- * descriptor was closed, and stays there until the process ends; it
- * never touches the freed channel. Do the same: the last waiter frees
- * the memory, and no waiter returns. wcm.lock held; never returns.
+ * The channel was destroyed while this thread waited on it, or before
+ * it called (rping does that: its main thread destroys the channel its
+ * CM thread reads). Over rdma-core the thread is blocked in the kernel's
+ * read() of a file whose descriptor was closed, and stays there until
+ * the process ends; it never touches the freed channel. Do the same: no
+ * caller returns. A waiter (counted, now left) frees the memory if it was
+ * the last one of a channel already out of the dead ring. wcm.lock held.
  */
-static _Noreturn void wait_forever(struct wcm_channel *ch)
+static _Noreturn void wait_forever(struct wcm_channel *ch, bool waited)
 {
-	if (!ch->waiters)
+	if (waited && ch->orphan && !ch->waiters)
 		free(ch);
 	pthread_mutex_unlock(&wcm.lock);
 	for (;;)
@@ -256,7 +279,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 
 		pthread_mutex_lock(&wcm.lock);
 		if (ch->dead)
-			wait_forever(ch);
+			wait_forever(ch, false);
 		pfd.fd = channel->fd;
 		e = ch->head;
 		if (e) {
@@ -297,7 +320,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 		pthread_mutex_lock(&wcm.lock);
 		ch->waiters--;
 		if (ch->dead)
-			wait_forever(ch);
+			wait_forever(ch, true);
 		pthread_mutex_unlock(&wcm.lock);
 		if (ret < 0 && err != EINTR) {
 			errno = err;

@@ -134,11 +134,13 @@ struct wcm_channel {
 	struct rdma_event_channel ch; /* ch.fd: eventfd, readable while
 				       * events are queued */
 	struct wcm_event *head, *tail;
-	/* Threads inside rdma_get_cm_event() waiting on ch.fd, and whether
-	 * the channel was destroyed under them: the last one to leave frees
-	 * it (wcm.lock). */
+	/* Threads inside rdma_get_cm_event() waiting on ch.fd; whether the
+	 * channel was destroyed (it then sits in cm_event.c's dead ring);
+	 * and whether it left that ring with waiters, the last of which
+	 * frees it (wcm.lock). */
 	unsigned int waiters;
 	bool dead;
+	bool orphan;
 };
 
 static inline struct wcm_channel *to_wch(struct rdma_event_channel *ch)
