@@ -44,16 +44,6 @@ trap cleanup EXIT
 # ctest's timeout sends TERM: kill what we started and clean up
 trap 'exit 143' TERM INT
 
-# wait_listen PORT PID: until something listens on PORT (while PID lives).
-wait_listen() {
-	for _ in $(seq 300); do
-		kill -0 "$2" 2>/dev/null || return 1
-		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
 # wait_idle: until every job the receiver started has ended (after a
 # sender's death: it noticed and journalled what it had); 30 s at most.
 wait_idle() {

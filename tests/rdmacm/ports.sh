@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# ports.sh: TCP ports for the program runners (sourced by run-programs.sh
-# and run-perftest.sh).
+# ports.sh: TCP ports for the program runners, and waiting for a server
+# to listen on one (sourced by the runners in tests/rdmacm and by
+# demos/replicate/run-tests.sh).
 #
 # pick_port sets $port to a port that, at that moment, no socket of this
 # machine uses and the kernel lets us bind, and that no other runner of
@@ -61,5 +62,17 @@ pick_port() {
 		port_lock_fd=
 	done
 	echo "no free TCP port found in $first-$last" >&2
+	return 1
+}
+
+# wait_listen PORT [PID]: until something listens on TCP PORT, while
+# process PID (if given) lives; 30 s at most, a hang guard.
+wait_listen() {
+	local _
+	for _ in $(seq 300); do
+		[ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || return 1
+		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
+		sleep 0.1
+	done
 	return 1
 }

@@ -35,20 +35,6 @@ need() {
 	command -v "$1" >/dev/null 2>&1
 }
 
-# wait_listen PORT [PID]: until something listens on TCP PORT (while
-# process PID lives; 30 s at most, a hang guard).
-wait_listen() {
-	for _ in $(seq 300); do
-		[ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || return 1
-		if need ss; then
-			[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		fi
-		sleep 0.1
-	done
-	need ss || return 0
-	return 1
-}
-
 # A fresh port for each server (ports.sh): never one that another
 # program, or a runner of another build, uses.
 next_port() {

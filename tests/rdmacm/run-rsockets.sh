@@ -36,17 +36,6 @@ need() {
 	command -v "$1" >/dev/null 2>&1
 }
 
-# wait_listen PORT PID: until something listens on TCP PORT while PID
-# lives (30 s at most, a hang guard).
-wait_listen() {
-	for _ in $(seq 300); do
-		kill -0 "$2" 2>/dev/null || return 1
-		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
 # pair NAME LIMIT SERVER_CMD... -- CLIENT_CMD...: start the server, wait
 # for its port, run the client; both must exit 0 within LIMIT seconds.
 pair() {
