@@ -454,6 +454,7 @@ static void *dial_thread(void *arg)
 	int n = 0, cap = 0;
 
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wisp-dialer");
 	while (dial_take(&head, &n)) {
 		struct pollfd *p = dial_room(pfd, &cap, n);
 		struct dial **pp = &head, *d;
