@@ -494,35 +494,44 @@ static void *dial_thread(void *arg)
 	return NULL;
 }
 
+/* The dialer's thread, unless it runs (wcm.lock held). 0 or -errno. */
+static int dial_thread_start(void)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int ret;
+
+	if (dialer.wake < 0) {
+		dialer.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (dialer.wake < 0)
+			return -errno;
+	}
+	if (dialer.running)
+		return 0;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	ret = pthread_create(&t, &attr, dial_thread, NULL);
+	pthread_attr_destroy(&attr);
+	if (ret)
+		return -ret;
+	dialer.running = true;
+	return 0;
+}
+
 /* Hand w's connect to the dialer, starting its thread if need be
  * (wcm.lock held). */
 static int dial_queue(struct wcm_id *w)
 {
 	struct dial *d = calloc(1, sizeof(*d));
 	uint64_t one = 1;
-	pthread_attr_t attr;
-	pthread_t t;
 	int ret;
 
 	if (!d)
 		return -ENOMEM;
-	if (dialer.wake < 0) {
-		dialer.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (dialer.wake < 0) {
-			free(d);
-			return -errno;
-		}
-	}
-	if (!dialer.running) {
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		ret = pthread_create(&t, &attr, dial_thread, NULL);
-		pthread_attr_destroy(&attr);
-		if (ret) {
-			free(d);
-			return -ret;
-		}
-		dialer.running = true;
+	ret = dial_thread_start();
+	if (ret) {
+		free(d);
+		return ret;
 	}
 	d->w = w;
 	d->fd = w->fd;
