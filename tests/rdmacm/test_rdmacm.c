@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1649,6 +1650,7 @@ Test(rdmacm, destroy_qp_while_connecting)
 }
 
 #define MANY 200
+#define BURST_MAX 300
 
 /* The next event of either channel within WAIT_MS. */
 static struct rdma_cm_event *next_of_two(struct rdma_event_channel *a,
@@ -1668,37 +1670,39 @@ static struct rdma_cm_event *next_of_two(struct rdma_event_channel *a,
 	return ev;
 }
 
-Test(rdmacm, many_simultaneous_connections_all_disconnected,
-     .timeout = 120)
+/*
+ * A server (rdma_listen with backlog) accepts n connections that one
+ * client host opens at once, and then waits for the client to
+ * disconnect every one: each connection is accepted (none refused while
+ * its Request is already on its way) and each DISCONNECTED reaches the
+ * server.
+ */
+static void burst(int n, int backlog)
 {
-	/* A server accepts MANY connections that one client host opens at
-	 * once, and then waits for the client to disconnect every one:
-	 * each connection is accepted (none refused while its Request
-	 * is already on its way) and each DISCONNECTED reaches the
-	 * server. */
 	struct rdma_event_channel *sch = rdma_create_event_channel();
 	struct rdma_event_channel *cch = rdma_create_event_channel();
 	struct rdma_conn_param p = { .responder_resources = 1,
 				     .initiator_depth = 1 };
-	static struct rdma_cm_id *cl[MANY], *sv[MANY];
+	static struct rdma_cm_id *cl[BURST_MAX], *sv[BURST_MAX];
 	int s_est = 0, c_est = 0, s_disc = 0, c_disc = 0, nsv = 0;
 	struct rdma_cm_id *l;
 	uint16_t port;
 
 	struct sockaddr_storage ss;
 
+	cr_assert_leq(n, BURST_MAX);
 	loopback(AF_INET, &ss, 0);
 	cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
 	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
-	cr_assert_eq(rdma_listen(l, MANY), 0);
+	cr_assert_eq(rdma_listen(l, backlog), 0);
 	port = ntohs(rdma_get_src_port(l));
-	for (int i = 0; i < MANY; i++) {
+	for (int i = 0; i < n; i++) {
 		cl[i] = resolved(cch, AF_INET, port);
 		make_qp(cl[i]);
 	}
-	for (int i = 0; i < MANY; i++)
+	for (int i = 0; i < n; i++)
 		cr_assert_eq(rdma_connect(cl[i], &p), 0);
-	while (s_est < MANY || c_est < MANY) {
+	while (s_est < n || c_est < n) {
 		bool srv;
 		struct rdma_cm_event *ev = next_of_two(sch, cch, &srv);
 		enum rdma_cm_event_type t = ev->event;
@@ -1708,7 +1712,7 @@ Test(rdmacm, many_simultaneous_connections_all_disconnected,
 			  t == RDMA_CM_EVENT_ESTABLISHED,
 			  "%s side: %s (status %d) with %d/%d established",
 			  srv ? "server" : "client", rdma_event_str(t),
-			  ev->status, srv ? s_est : c_est, MANY);
+			  ev->status, srv ? s_est : c_est, n);
 		rdma_ack_cm_event(ev);
 		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
 			sv[nsv++] = id;
@@ -1720,9 +1724,9 @@ Test(rdmacm, many_simultaneous_connections_all_disconnected,
 			c_est++;
 		}
 	}
-	for (int i = 0; i < MANY; i++)
+	for (int i = 0; i < n; i++)
 		cr_assert_eq(rdma_disconnect(cl[i]), 0);
-	while (s_disc < MANY || c_disc < MANY) {
+	while (s_disc < n || c_disc < n) {
 		bool srv;
 		struct rdma_cm_event *ev = next_of_two(sch, cch, &srv);
 
@@ -1734,7 +1738,7 @@ Test(rdmacm, many_simultaneous_connections_all_disconnected,
 		else
 			c_disc++;
 	}
-	for (int i = 0; i < MANY; i++) {
+	for (int i = 0; i < n; i++) {
 		rdma_destroy_qp(cl[i]);
 		rdma_destroy_id(cl[i]);
 		rdma_destroy_qp(sv[i]);
@@ -1743,6 +1747,148 @@ Test(rdmacm, many_simultaneous_connections_all_disconnected,
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, many_simultaneous_connections_all_disconnected,
+     .timeout = 120)
+{
+	burst(MANY, MANY);
+}
+
+Test(rdmacm, backlog_zero_takes_a_burst_of_connects, .timeout = 120)
+{
+	/* rdma_listen(id, 0) is the default backlog (rdma-core, the
+	 * kernel's ucma_listen), not "none": 300 connects at once, more
+	 * than WISP_MPA_MAX_PENDING (256) and than one address may have
+	 * pending (32), all end ESTABLISHED on both sides. */
+	burst(BURST_MAX, 0);
+}
+
+/* The listening TCP socket of the rdma_cm listener on port. */
+static int listening_fd(uint16_t port)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int found = -1;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)) && found < 0) {
+		struct sockaddr_in a;
+		socklen_t alen = sizeof(a);
+		int fd = atoi(e->d_name), on = 0;
+		socklen_t olen = sizeof(on);
+
+		if (e->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &olen) ||
+		    !on || getsockname(fd, (struct sockaddr *)&a, &alen) ||
+		    a.sin_family != AF_INET || ntohs(a.sin_port) != port)
+			continue;
+		found = fd;
+	}
+	closedir(d);
+	cr_assert_geq(found, 0, "no listening socket on port %u", port);
+	return found;
+}
+
+Test(rdmacm, listen_tcp_queue_is_long_whatever_the_backlog)
+{
+	/* The rdma_cm backlog bounds the CONNECT_REQUESTs the application
+	 * has not taken (listen_backlog_bounds_queued_requests); TCP's
+	 * accept queue must still take a burst of connects, or their SYNs
+	 * are dropped and retransmitted a second later. For a listening
+	 * socket, TCP_INFO's tcpi_sacked is the accept queue's length. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage ss;
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	struct rdma_cm_id *l;
+	unsigned int want = 1024;
+	FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+	int somaxconn;
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%d", &somaxconn), 1);
+	fclose(f);
+	if ((unsigned int)somaxconn < want)
+		want = (unsigned int)somaxconn;
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_eq(rdma_listen(l, 1), 0);
+	cr_assert_eq(getsockopt(listening_fd(ntohs(rdma_get_src_port(l))),
+				IPPROTO_TCP, TCP_INFO, &ti, &len), 0);
+	cr_assert_geq(ti.tcpi_sacked, want, "accept queue %u, want >= %u",
+		      ti.tcpi_sacked, want);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
+/* Wait until the listening socket s has n connections in its accept
+ * queue (TCP_INFO's tcpi_unacked, for a listener). */
+static void accept_queue_reaches(int s, unsigned int n)
+{
+	int64_t end = now_ms() + 20000;
+
+	for (;;) {
+		struct tcp_info ti;
+		socklen_t len = sizeof(ti);
+
+		cr_assert_eq(getsockopt(s, IPPROTO_TCP, TCP_INFO, &ti, &len),
+			     0);
+		if (ti.tcpi_unacked >= n)
+			return;
+		cr_assert_lt(now_ms(), end, "%u of %u connected",
+			     ti.tcpi_unacked, n);
+		poll(NULL, 0, 20);
+	}
+}
+
+Test(rdmacm, pending_connects_share_one_thread, .timeout = 60)
+{
+	/* rdma_connect towards a peer that accepts TCP and never answers
+	 * the MPA Request: with 200 connects waiting for their Reply the
+	 * process has exactly as many threads as with one waiting (the
+	 * CM's dialer serves them all), not one per connection;
+	 * destroying the ids ends the waits and the dialer goes away. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	static struct rdma_cm_id *cl[200];
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one, many;
+	int64_t end;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(s, 1024), 0);
+	cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &alen), 0);
+	for (int i = 0; i < 200; i++) {
+		cl[i] = resolved(ch, AF_INET, ntohs(a.sin_port));
+		make_qp(cl[i]);
+	}
+	cr_assert_eq(rdma_connect(cl[0], NULL), 0);
+	accept_queue_reaches(s, 1);
+	one = self_threads();
+	for (int i = 1; i < 200; i++)
+		cr_assert_eq(rdma_connect(cl[i], NULL), 0);
+	/* All 200 in the silent peer's accept queue: each has sent its
+	 * Request and waits for the Reply. */
+	accept_queue_reaches(s, 200);
+	many = self_threads();
+	cr_assert_eq(many, one, "%d threads with 200 pending connects, %d "
+		     "with one", many, one);
+	expect_no_event(ch, 100);
+	for (int i = 0; i < 200; i++) {
+		rdma_destroy_qp(cl[i]);
+		cr_assert_eq(rdma_destroy_id(cl[i]), 0);
+	}
+	end = now_ms() + 5000;
+	while (self_threads() >= one && now_ms() < end)
+		poll(NULL, 0, 20);
+	cr_assert_lt(self_threads(), one, "the dialer did not end");
+	close(s);
+	rdma_destroy_event_channel(ch);
 }
 
 Test(rdmacm, init_qp_attr_walk_before_connect)

@@ -78,7 +78,7 @@ int wisp_startup_read_reply(int fd, const struct mpa_prefs *prefs,
 			    int64_t deadline, struct wisp_startup_init *x,
 			    struct mpa_params *params, enum mpa_error *err)
 {
-	int len, ret;
+	int len;
 
 	if (fd < 0 || !prefs || !x || !params || !err)
 		return -EINVAL;
@@ -89,8 +89,22 @@ int wisp_startup_read_reply(int fd, const struct mpa_prefs *prefs,
 			    wisp_startup_ms_left(deadline), err);
 	if (len < 0)
 		return len;
-	ret = mpa_nego_reply(&x->req, prefs, x->frame, (size_t)len, params,
-			     err);
+	return wisp_startup_take_reply(fd, prefs, deadline, x, (size_t)len,
+				       params, err);
+}
+
+int wisp_startup_take_reply(int fd, const struct mpa_prefs *prefs,
+			    int64_t deadline, struct wisp_startup_init *x,
+			    size_t len, struct mpa_params *params,
+			    enum mpa_error *err)
+{
+	int ret;
+
+	if (fd < 0 || !prefs || !x || !params || !err ||
+	    len > sizeof(x->frame))
+		return -EINVAL;
+	*err = MPA_ERR_NONE;
+	ret = mpa_nego_reply(&x->req, prefs, x->frame, len, params, err);
 	if (ret == -EPROTO && (*err == MPA_ERR_INSUFFICIENT_IRD ||
 			       *err == MPA_ERR_NO_MATCHING_RTR))
 		send_terminate(fd, *err, params->crc || x->req.crc, deadline);

@@ -80,6 +80,17 @@ int wisp_startup_read_reply(int fd, const struct mpa_prefs *prefs,
 			    int64_t deadline, struct wisp_startup_init *x,
 			    struct mpa_params *params, enum mpa_error *err);
 
+/*
+ * The same for a Reply already read into x->frame[0..len) (with
+ * glue_mpa_rd_step, by a caller that serves many sockets without
+ * blocking): decide, and send the Terminate within deadline if needed.
+ * Returns as wisp_startup_read_reply().
+ */
+int wisp_startup_take_reply(int fd, const struct mpa_prefs *prefs,
+			    int64_t deadline, struct wisp_startup_init *x,
+			    size_t len, struct mpa_params *params,
+			    enum mpa_error *err);
+
 /* ---- Responder -------------------------------------------------------- */
 
 /*

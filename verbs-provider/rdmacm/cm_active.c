@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cm_active.c - the active side of a connection: rdma_connect starts a
- * thread that connects TCP within the timeout (refused or timed out:
- * UNREACHABLE), sends the Request, reads the Reply (R set: REJECTED with
- * the Responder's private data; anything unacceptable: CONNECT_ERROR)
- * and hands the socket to the QP. The MPA steps are
- * common/wisp_startup.c's.
+ * cm_active.c - the active side of a connection: rdma_connect hands the
+ * id to the dialer (one thread for all connects, below), which connects
+ * TCP within the timeout (refused or timed out: UNREACHABLE), sends the
+ * Request, reads the Reply (R set: REJECTED with the Responder's private
+ * data; anything unacceptable: CONNECT_ERROR) and hands the socket to the
+ * QP. The MPA steps are common/wisp_startup.c's.
  *
  * Status of the failure events follows the kernel's iWARP CM
  * (cma_iw_handler): -ECONNREFUSED for a rejection by the peer's
@@ -20,8 +20,12 @@
  * otherwise; one warning names the reason.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,21 +96,183 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
 }
 
 /*
- * The TLS handshake as initiator on the connected fd, within tmo
- * (docs/tls.md): the session is attached to fd first, so that the MPA
- * exchange runs inside it and connect_failed() finds why it failed.
- * An initiator never falls back to plaintext (WISP_TLS=optional counts
- * as required here). Returns 0 or a negative errno.
+ * The dialer: one thread for every rdma_connect under way in the
+ * process, however many (issue 13: a thread per connection made 1,000
+ * simultaneous connects cost 1,000 thread creations, and their stacks).
+ * It runs each connection as a state machine over non-blocking sockets,
+ * poll()ing all of them: the TCP connect, the TLS handshake, the Request
+ * and the Reply, then the initiator's hold (glue_mpa.h) as a timer. Each
+ * step has the id's timeout from its start, as the blocking calls had.
+ * The thread starts with the first connect and ends when none is left.
  */
-static int tls_connect(int fd, const struct glue_tls_config *cfg,
-		       const struct sockaddr *dst, int tmo)
+struct dial {
+	struct dial *next;
+	struct wcm_id *w;
+	int fd;
+	enum { DIAL_TCP, DIAL_TLS, DIAL_REPLY, DIAL_HOLD } phase;
+	int64_t deadline;          /* of the phase; -1: none */
+	short events;              /* what the phase polls for */
+	int tmo;
+	struct sockaddr_storage dst;
+	struct mpa_prefs prefs;
+	struct glue_tls_config tls;
+	struct glue_tls *t;        /* the session, attached to fd */
+	bool had_qp;
+	struct wisp_startup_init x;
+	struct glue_mpa_rd rd;
+	struct mpa_params params;
+};
+
+static struct {
+	struct dial *incoming;     /* from rdma_connect (wcm.lock) */
+	bool running;              /* the thread exists (wcm.lock) */
+	int wake;                  /* eventfd: incoming has more */
+} dialer = { .wake = -1 };
+
+/*
+ * Every step below returns true while d is still under way, false once
+ * it has ended (its event queued, its fd given away or closed, d freed).
+ */
+static bool dial_done(struct dial *d)
 {
-	char why[256], addr[INET6_ADDRSTRLEN + 8];
-	struct glue_tls_ctx *ctx;
-	struct glue_tls *t;
+	struct wcm_id *w = d->w;
+
+	free(d);
+	wcm_thread_done(w);
+	return false;
+}
+
+static bool dial_fail(struct dial *d, int status)
+{
+	connect_failed(d->w, d->fd, status, NULL);
+	return dial_done(d);
+}
+
+static void dial_set(struct dial *d, int phase, short events, int ms)
+{
+	d->phase = phase;
+	d->events = events;
+	d->deadline = wisp_startup_deadline(ms);
+}
+
+/* A good Reply and the hold over: the stream goes to the QP. */
+static bool dial_establish(struct dial *d)
+{
+	struct wcm_id *w = d->w;
+	struct ibv_qp *qp;
+	bool dying;
+
+	pthread_mutex_lock(&wcm.lock);
+	dying = w->dying;
+	/* The application may have destroyed the QP while the exchange
+	 * went on (rdma_destroy_qp): take it again now, and from here on
+	 * rdma_destroy_qp waits until the stream is attached. */
+	if (d->had_qp && !w->id.qp && !w->ext_qp)
+		dying = true;
+	qp = w->id.qp ? w->id.qp : w->ext_qp;
+	if (!dying) {
+		w->fd = -1;
+		wcm_set_state(w, WCM_ATTACHING);
+	}
+	pthread_mutex_unlock(&wcm.lock);
+	if (dying)
+		return dial_fail(d, -ECANCELED);
+	if (d->t)
+		glue_tls_thread_done();
+	wcm_establish(w, qp, d->fd, &d->params, true);
+	return dial_done(d);
+}
+
+/* The Reply, as far as it has come. */
+static bool dial_reply(struct dial *d)
+{
+	enum mpa_error err = MPA_ERR_NONE;
+	int len, ret, hold;
+
+	len = glue_mpa_rd_step(d->fd, &d->rd, &err);
+	if (len == -EAGAIN)
+		return true;
+	ret = len;
+	if (len >= 0) {
+		ret = wisp_startup_take_reply(d->fd, &d->prefs, d->deadline,
+					      &d->x, (size_t)len, &d->params,
+					      &err);
+		if (ret == -ECONNREFUSED) {
+			connect_failed(d->w, d->fd, ret, &d->params);
+			return dial_done(d);
+		}
+	}
+	if (ret < 0) {
+		if (err)
+			wcm_log(WCM_LOG_WARN, "MPA Reply refused: %s",
+				mpa_error_str(err));
+		return dial_fail(d, ret);
+	}
+	/* siw reads nothing just after its Reply (glue_mpa.h): wait before
+	 * the first FPDU, as a timer, not holding up other connections. */
+	pthread_mutex_lock(&wcm.lock);
+	hold = d->w->opts.hold_ms;
+	pthread_mutex_unlock(&wcm.lock);
+	if (hold <= 0)
+		return dial_establish(d);
+	dial_set(d, DIAL_HOLD, 0, hold);
+	return true;
+}
+
+/* Send the Request; then wait for the Reply, within the timeout again. */
+static bool dial_request(struct dial *d)
+{
 	int ret;
 
-	ctx = glue_tls_ctx_get(cfg, false, why, sizeof(why));
+	dial_set(d, DIAL_REPLY, POLLIN, d->tmo);
+	/* A fresh socket's send buffer holds the frame: this does not
+	 * wait. */
+	ret = wisp_startup_send_request(d->fd, &d->prefs, d->deadline, &d->x);
+	if (ret)
+		return dial_fail(d, ret);
+	glue_mpa_rd_init(&d->rd, MPA_REPLY, d->x.frame, sizeof(d->x.frame));
+	/* With TLS, OpenSSL may already hold what arrived. */
+	return dial_reply(d);
+}
+
+/* A TLS handshake step, then the Request once it is done. */
+static bool dial_tls(struct dial *d, bool late)
+{
+	char what[96], who[64];
+	int ret;
+
+	/* Past the deadline: one last step, and the session records the
+	 * timeout (glue_tls_fail_errno: UNREACHABLE, -ETIMEDOUT). */
+	ret = late ? glue_tls_handshake(d->t, 0) :
+		     glue_tls_handshake_step(d->t);
+	if (ret == -EAGAIN) {
+		d->events = glue_tls_events(d->t);
+		return true;
+	}
+	if (ret)
+		return dial_fail(d, ret);
+	wcm_log(WCM_LOG_INFO, "connect to %s: %s",
+		wcm_addr_str((const struct sockaddr *)&d->dst, who,
+			     sizeof(who)),
+		glue_tls_describe(d->t, what, sizeof(what)));
+	return dial_request(d);
+}
+
+/*
+ * The TLS session as initiator on the connected fd (docs/tls.md): it is
+ * attached to fd first, so that the MPA exchange runs inside it and
+ * connect_failed() finds why it failed. An initiator never falls back
+ * to plaintext (WISP_TLS=optional counts as required here). Returns 0 or
+ * a negative errno.
+ */
+static int dial_tls_start(struct dial *d)
+{
+	char why[256], addr[INET6_ADDRSTRLEN + 8];
+	const struct sockaddr *dst = (const struct sockaddr *)&d->dst;
+	struct glue_tls_ctx *ctx;
+	int ret;
+
+	ctx = glue_tls_ctx_get(&d->tls, false, why, sizeof(why));
 	if (!ctx) {
 		wcm_log(WCM_LOG_ERROR, "TLS: %s", why);
 		return -EINVAL;
@@ -116,108 +282,275 @@ static int tls_connect(int fd, const struct glue_tls_config *cfg,
 		addr[0] = 0;
 	/* A link-local scope ("%eth0") is no part of an IP SAN. */
 	addr[strcspn(addr, "%")] = 0;
-	t = glue_tls_new(ctx, fd, addr[0] ? addr : NULL);
-	if (!t)
+	d->t = glue_tls_new(ctx, d->fd, addr[0] ? addr : NULL);
+	if (!d->t)
 		return -ENOMEM;
-	ret = glue_tls_attach(fd, t);
+	ret = glue_tls_attach(d->fd, d->t);
 	if (ret) {
-		glue_tls_free(t);
-		return ret;
+		glue_tls_free(d->t);
+		d->t = NULL;
 	}
-	ret = glue_tls_handshake(t, tmo);
-	if (!ret)
-		wcm_log(WCM_LOG_INFO, "connect to %s: %s", addr,
-			glue_tls_describe(t, why, sizeof(why)));
 	return ret;
 }
 
-static void *connect_thread(void *arg)
+/* TCP is connected: TLS if asked for, then the Request. */
+static bool dial_connected(struct dial *d)
 {
-	struct wcm_id *w = arg;
-	struct wisp_startup_init x;
-	struct sockaddr_storage dst;
-	struct mpa_params params;
-	struct mpa_prefs prefs;
-	struct glue_tls_config tls;
-	struct ibv_qp *qp;
-	enum mpa_error err;
+	struct wcm_id *w = d->w;
 	socklen_t alen;
-	int fd, ret, tmo;
-	bool dying, had_qp;
+	int ret, flags;
 
-	pthread_mutex_lock(&wcm.lock);
-	memcpy(&dst, &w->id.route.addr.dst_storage, sizeof(dst));
-	wcm_opts_prefs(&w->opts, &prefs);
-	prefs.ird = w->ird;
-	prefs.ord = w->ord;
-	prefs.pdata = w->conn_pdata_len ? w->conn_pdata : NULL;
-	prefs.pdata_len = w->conn_pdata_len;
-	tmo = w->opts.timeout_ms;
-	tls = w->opts.tls;
-	had_qp = w->id.qp || w->ext_qp;
-	fd = w->fd;
-	pthread_mutex_unlock(&wcm.lock);
-
-	ret = glue_mpa_connect(fd, (struct sockaddr *)&dst,
-			       wcm_addrlen((struct sockaddr *)&dst), tmo);
-	if (ret)
-		goto fail;
-	wcm_no_delay(fd);
+	/* Blocking again, as glue_mpa_connect() left it: every later call
+	 * on the socket passes MSG_DONTWAIT or polls itself. */
+	flags = fcntl(d->fd, F_GETFL);
+	if (flags >= 0)
+		fcntl(d->fd, F_SETFL, flags & ~O_NONBLOCK);
+	wcm_no_delay(d->fd);
 	pthread_mutex_lock(&wcm.lock);
 	alen = sizeof(w->id.route.addr.src_storage);
-	getsockname(fd, &w->id.route.addr.src_addr, &alen);
+	getsockname(d->fd, &w->id.route.addr.src_addr, &alen);
 	pthread_mutex_unlock(&wcm.lock);
-	if (tls.mode != GLUE_TLS_OFF) {
-		ret = tls_connect(fd, &tls, (struct sockaddr *)&dst, tmo);
-		if (ret)
-			goto fail;
-	}
-
-	/* The Request and the Reply each within the timeout, as the
-	 * connect. */
-	ret = wisp_startup_send_request(fd, &prefs,
-					wisp_startup_deadline(tmo), &x);
+	if (d->tls.mode == GLUE_TLS_OFF)
+		return dial_request(d);
+	ret = dial_tls_start(d);
 	if (ret)
-		goto fail;
-	ret = wisp_startup_read_reply(fd, &prefs, wisp_startup_deadline(tmo),
-				      &x, &params, &err);
-	if (ret == -ECONNREFUSED) {
-		connect_failed(w, fd, ret, &params);
-		goto done;
-	}
-	if (ret < 0) {
-		if (err)
-			wcm_log(WCM_LOG_WARN, "MPA Reply refused: %s",
-				mpa_error_str(err));
-		goto fail;
-	}
+		return dial_fail(d, ret);
+	dial_set(d, DIAL_TLS, POLLOUT, d->tmo);
+	return dial_tls(d, false);
+}
+
+/* The TCP connect's outcome, once the socket is writable (or failed). */
+static bool dial_tcp(struct dial *d, bool late)
+{
+	struct pollfd p = { .fd = d->fd, .events = POLLOUT };
+	socklen_t len = sizeof(int);
+	int soerr = 0;
+
+	if (poll(&p, 1, 0) <= 0)
+		return late ? dial_fail(d, -ETIMEDOUT) : true;
+	if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+		soerr = errno;
+	if (soerr)
+		return dial_fail(d, -soerr);
+	return dial_connected(d);
+}
+
+/* A new connection: the non-blocking TCP connect. */
+static bool dial_start(struct dial *d)
+{
+	const struct sockaddr *dst = (const struct sockaddr *)&d->dst;
+	int flags, ret;
+	bool dying;
 
 	pthread_mutex_lock(&wcm.lock);
-	dying = w->dying;
-	/* The application may have destroyed the QP while the exchange
-	 * went on (rdma_destroy_qp): take it again now, and from here on
-	 * rdma_destroy_qp waits until the stream is attached. */
-	if (had_qp && !w->id.qp && !w->ext_qp)
-		dying = true;
-	qp = w->id.qp ? w->id.qp : w->ext_qp;
-	if (!dying) {
-		w->fd = -1;
-		wcm_set_state(w, WCM_ATTACHING);
-	}
+	dying = d->w->dying;
 	pthread_mutex_unlock(&wcm.lock);
-	if (dying) {
-		ret = -ECANCELED;
-		goto fail;
-	}
-	wcm_establish(w, qp, fd, &params, true);
-	goto done;
+	if (dying)
+		return dial_fail(d, -ECANCELED);
+	flags = fcntl(d->fd, F_GETFL);
+	if (flags < 0 || fcntl(d->fd, F_SETFL, flags | O_NONBLOCK))
+		return dial_fail(d, -errno);
+	dial_set(d, DIAL_TCP, POLLOUT, d->tmo);
+	do
+		ret = connect(d->fd, dst, wcm_addrlen(dst));
+	while (ret && errno == EINTR);
+	if (!ret)
+		return dial_connected(d);
+	if (errno != EINPROGRESS)
+		return dial_fail(d, -errno);
+	/* On loopback the handshake is usually over already: send the
+	 * Request now, so that a listener never sees a burst of silent
+	 * connections (WISP_MPA_MAX_PENDING_PER_ADDR). */
+	return dial_tcp(d, false);
+}
 
-fail:
-	connect_failed(w, fd, ret, NULL);
-done:
+/* One connection's turn: its socket is ready, or its deadline passed. */
+static bool dial_step(struct dial *d, bool late)
+{
+	switch (d->phase) {
+	case DIAL_TCP:
+		return dial_tcp(d, late);
+	case DIAL_TLS:
+		return dial_tls(d, late);
+	case DIAL_REPLY:
+		return late ? dial_fail(d, -ETIMEDOUT) : dial_reply(d);
+	case DIAL_HOLD:
+		return late ? dial_establish(d) : true;
+	}
+	return true;
+}
+
+/* Fill pfd for the list; the poll timeout to the nearest deadline. */
+static int dial_poll_setup(const struct dial *head, struct pollfd *pfd)
+{
+	int64_t now = glue_mpa_now_ms(), first = -1;
+	int i = 1;
+
+	pfd[0] = (struct pollfd){ .fd = dialer.wake, .events = POLLIN };
+	for (const struct dial *d = head; d; d = d->next, i++) {
+		/* A hold waits for its timer alone. */
+		pfd[i] = (struct pollfd){
+			.fd = d->phase == DIAL_HOLD ? -1 : d->fd,
+			.events = d->events,
+		};
+		if (d->deadline >= 0 && (first < 0 || d->deadline < first))
+			first = d->deadline;
+	}
+	if (first < 0)
+		return -1;
+	return first <= now ? 0 : (int)(first - now > 60000 ? 60000 :
+					    first - now);
+}
+
+/*
+ * Start what rdma_connect queued and put it on *head (*n counts it).
+ * False when nothing is left to do: the thread then ends, and the next
+ * rdma_connect starts another (both decided under wcm.lock).
+ */
+static bool dial_take(struct dial **head, int *n)
+{
+	struct dial *in, *d;
+	uint64_t v;
+
+	if (read(dialer.wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		wcm_log(WCM_LOG_DEBUG, "dialer: %s", strerror(errno));
+	pthread_mutex_lock(&wcm.lock);
+	in = dialer.incoming;
+	dialer.incoming = NULL;
+	if (!in && !*head)
+		dialer.running = false;
+	pthread_mutex_unlock(&wcm.lock);
+	if (!in && !*head)
+		return false;
+	while ((d = in)) {
+		in = d->next;
+		if (dial_start(d)) {
+			d->next = *head;
+			*head = d;
+			(*n)++;
+		}
+	}
+	return true;
+}
+
+/* Make room for n connections and the wake fd. */
+static struct pollfd *dial_room(struct pollfd *pfd, int *cap, int n)
+{
+	struct pollfd *p;
+
+	if (n + 1 <= *cap)
+		return pfd;
+	p = realloc(pfd, (size_t)(n + 64) * sizeof(*pfd));
+	if (!p)
+		return NULL;
+	*cap = n + 64;
+	return p;
+}
+
+static void *dial_thread(void *arg)
+{
+	struct dial *head = NULL;
+	struct pollfd *pfd = NULL;
+	int n = 0, cap = 0;
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "wisp-dialer");
+	while (dial_take(&head, &n)) {
+		struct pollfd *p = dial_room(pfd, &cap, n);
+		struct dial **pp = &head, *d;
+		int64_t now;
+		int i;
+
+		if (!p) {
+			/* Out of memory for the poll set: step each one a
+			 * millisecond from now. */
+			poll(NULL, 0, 1);
+		} else {
+			pfd = p;
+			if (poll(pfd, (nfds_t)n + 1,
+				 dial_poll_setup(head, pfd)) < 0)
+				memset(pfd, 0, (size_t)(n + 1) * sizeof(*pfd));
+		}
+		now = glue_mpa_now_ms();
+		for (i = 1; (d = *pp); i++) {
+			bool late = d->deadline >= 0 && d->deadline <= now;
+
+			if (!late && p && !pfd[i].revents) {
+				pp = &d->next;
+				continue;
+			}
+			*pp = d->next;
+			if (dial_step(d, late)) {
+				d->next = *pp;
+				*pp = d;
+				pp = &d->next;
+			} else {
+				n--;
+			}
+		}
+	}
+	free(pfd);
 	glue_tls_thread_done();
-	wcm_thread_done(w);
 	return NULL;
+}
+
+/* The dialer's thread, unless it runs (wcm.lock held). 0 or -errno. */
+static int dial_thread_start(void)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int ret;
+
+	if (dialer.wake < 0) {
+		dialer.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (dialer.wake < 0)
+			return -errno;
+	}
+	if (dialer.running)
+		return 0;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	ret = pthread_create(&t, &attr, dial_thread, NULL);
+	pthread_attr_destroy(&attr);
+	if (ret)
+		return -ret;
+	dialer.running = true;
+	return 0;
+}
+
+/* Hand w's connect to the dialer, starting its thread if need be
+ * (wcm.lock held). */
+static int dial_queue(struct wcm_id *w)
+{
+	struct dial *d = calloc(1, sizeof(*d));
+	uint64_t one = 1;
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	ret = dial_thread_start();
+	if (ret) {
+		free(d);
+		return ret;
+	}
+	d->w = w;
+	d->fd = w->fd;
+	d->deadline = -1;
+	memcpy(&d->dst, &w->id.route.addr.dst_storage, sizeof(d->dst));
+	wcm_opts_prefs(&w->opts, &d->prefs);
+	d->prefs.ird = w->ird;
+	d->prefs.ord = w->ord;
+	d->prefs.pdata = w->conn_pdata_len ? w->conn_pdata : NULL;
+	d->prefs.pdata_len = w->conn_pdata_len;
+	d->tmo = w->opts.timeout_ms;
+	d->tls = w->opts.tls;
+	d->had_qp = w->id.qp || w->ext_qp;
+	w->workers++;
+	d->next = dialer.incoming;
+	dialer.incoming = d;
+	if (write(dialer.wake, &one, sizeof(one)) < 0)
+		wcm_log(WCM_LOG_ERROR, "dialer: %s", strerror(errno));
+	return 0;
 }
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
@@ -275,7 +608,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		w->fd = fd;
 	}
 	wcm_set_state(w, WCM_CONNECTING);
-	ret = wcm_thread_start(w, connect_thread, w);
+	ret = dial_queue(w);
 	if (ret)
 		wcm_set_state(w, WCM_ROUTE_RESOLVED);
 out:

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -579,6 +580,39 @@ static void *listen_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * TCP's accept queue is not the rdma_cm backlog: the listener thread
+ * empties it at once, and the backlog is enforced on the Requests
+ * (hs_request). A short queue only drops the SYNs of a burst of
+ * connects, which the peers' TCP then sends again a second later
+ * (issue 13: 200 connects at once took 1.25 s). So it is long whatever
+ * the backlog; the kernel caps it at net.core.somaxconn, which is 4096
+ * since Linux 5.4 and 128 before: say so once when it is shorter than
+ * the backlog.
+ */
+#define WCM_TCP_BACKLOG 4096
+
+static int tcp_backlog(int backlog)
+{
+	static bool told;
+	int n = backlog > WCM_TCP_BACKLOG ? backlog : WCM_TCP_BACKLOG;
+	FILE *f;
+	int max;
+
+	if (told)
+		return n;
+	told = true;
+	f = fopen("/proc/sys/net/core/somaxconn", "re");
+	if (!f)
+		return n;
+	if (fscanf(f, "%d", &max) == 1 && max < backlog)
+		wcm_log(WCM_LOG_WARN, "net.core.somaxconn is %d: a burst of "
+			"more connects than that at once loses SYNs (a 1 s "
+			"retransmit); raise it to %d or more", max, backlog);
+	fclose(f);
+	return n;
+}
+
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct listener *ls;
@@ -604,11 +638,10 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	}
 	/* As rdma-core over the kernel's ucma_listen: a backlog of 0 or
 	 * less, or above the maximum, is the maximum; it bounds the
-	 * CONNECT_REQUEST events not yet handed to the application. TCP's
-	 * own accept queue gets the same length. */
+	 * CONNECT_REQUEST events not yet handed to the application. */
 	if (backlog <= 0 || backlog > wcm.limits.max_backlog)
 		backlog = wcm.limits.max_backlog;
-	if (listen(w->fd, backlog)) {
+	if (listen(w->fd, tcp_backlog(backlog))) {
 		ret = -errno;
 		goto out;
 	}

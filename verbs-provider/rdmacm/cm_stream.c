@@ -147,9 +147,8 @@ int wcm_establish(struct wcm_id *w, struct ibv_qp *qp, int fd,
 	struct wcm_event *e;
 	int ret;
 
-	/* siw reads nothing just after its Reply (glue_mpa.h). */
-	if (active)
-		glue_mpa_initiator_hold(w->opts.hold_ms);
+	/* The initiator's hold (glue_mpa.h) is over: cm_active.c waits
+	 * it out before calling here. */
 	ret = wisp_startup_stream(p, active, &sp);
 	if (!ret && qp)
 		in_force(qp, &sp);
