@@ -3,7 +3,7 @@
 # ping RTT within 5 % of the set delay, and single-stream iperf3 goodput
 # within 10 % of what the link allows, min(rate, window / RTT).
 #
-#   tests/wan/check.sh --quick [--bin PATH]  25-50 s: ping at 1 and 20 ms,
+#   tests/wan/check.sh --quick [--bin PATH]  25-50 s: ping at 20 ms,
 #                       iperf3 at 100 Mbit/s, 20 ms; 10 % loss; a link drop
 #   tests/wan/check.sh [--bin PATH] [--cc ALGO]  the full check (~3 min):
 #                       ping at 1, 10, 50, 100, 200 ms; iperf3 at 1 Gbit/s
@@ -269,7 +269,9 @@ check_crash() {
 
 declare -A rtt minavg gput expect
 if [ "$quick" = 1 ]; then
-	check_ping 1 20 0.05
+	# No 1 ms point here: 5 % of it is 50 us, less than a wake-up on the
+	# loaded 2-core CI machine (an ASan run measured 1.05 ms). The full
+	# check measures it on a quiet machine.
 	check_ping 20 20 0.05
 	check_iperf 20 100 5 2
 	check_loss 10
