@@ -472,6 +472,20 @@ static int post(struct rsk *rs, struct ibv_send_wr *wr)
 
 /* An RDMA Write of sge[0..n) to addr/rkey followed by the inline Send of
  * msg, both in one post. */
+/* An RDMA Write of sge[0..n) to the peer's addr/rkey. */
+static void write_wr(struct ibv_send_wr *w, uint64_t id, struct ibv_sge *sge,
+		     int n, int flags, uint64_t addr, uint32_t rkey)
+{
+	memset(w, 0, sizeof(*w));
+	w->wr_id = id;
+	w->sg_list = sge;
+	w->num_sge = n;
+	w->opcode = IBV_WR_RDMA_WRITE;
+	w->send_flags = flags;
+	w->wr.rdma.remote_addr = addr;
+	w->wr.rdma.rkey = rkey;
+}
+
 static int post_write_msg(struct rsk *rs, struct ibv_sge *sge, int n,
 			  int flags, uint64_t addr, uint32_t rkey,
 			  uint64_t id_write, uint64_t id_msg, uint32_t msg)
@@ -481,15 +495,8 @@ static int post_write_msg(struct rsk *rs, struct ibv_sge *sge, int n,
 		.addr = (uintptr_t)&msg, .length = sizeof(msg), .lkey = 0,
 	};
 
-	memset(&w, 0, sizeof(w));
+	write_wr(&w, id_write, sge, n, flags, addr, rkey);
 	memset(&s, 0, sizeof(s));
-	w.wr_id = id_write;
-	w.sg_list = sge;
-	w.num_sge = n;
-	w.opcode = IBV_WR_RDMA_WRITE;
-	w.send_flags = flags;
-	w.wr.rdma.remote_addr = addr;
-	w.wr.rdma.rkey = rkey;
 	w.next = &s;
 	s.wr_id = id_msg;
 	s.sg_list = &ms;
@@ -552,14 +559,7 @@ int rsk_post_direct(struct rsk *rs, struct ibv_sge *sge, int n, uint32_t len,
 
 	rs->sqe_avail--;
 	rs->sbuf_avail -= len;
-	memset(&w, 0, sizeof(w));
-	w.wr_id = wr_id(RSK_WR_DIRECT, len);
-	w.sg_list = sge;
-	w.num_sge = n;
-	w.opcode = IBV_WR_RDMA_WRITE;
-	w.send_flags = flags;
-	w.wr.rdma.remote_addr = addr;
-	w.wr.rdma.rkey = rkey;
+	write_wr(&w, wr_id(RSK_WR_DIRECT, len), sge, n, flags, addr, rkey);
 	return post(rs, &w);
 }
 

@@ -112,6 +112,38 @@ static int gather(struct rsk *rs, struct iocur *c, uint32_t len,
 
 static int send_iomaps(struct rsk *rs, bool nonblock);
 
+/*
+ * The size of the next transfer of a send that has left octets to go:
+ * waits for credits and send-buffer room (or fails: -EAGAIN when
+ * non-blocking, the socket's error, -ECONNRESET once closed), then
+ * takes the overlap size, which doubles up to RSK_MAX_XFER on each call
+ * (*olen), capped by left and the send buffer. 0 with *xfer set, or
+ * -errno.
+ */
+static int next_xfer(struct rsk *rs, int flags, uint32_t *olen, size_t left,
+		     uint32_t *xfer)
+{
+	if (!rsk_can_send(rs)) {
+		int ret = rsk_wait(rs, nonblocking(rs, flags),
+				   rsk_can_send_or_closed);
+
+		if (ret)
+			return ret;
+		if (rs->state != RSK_CONNECTED || !rs->wr_open)
+			return rs->state == RSK_ERROR ? -rs->err : -ECONNRESET;
+	}
+	if (*olen < left) {
+		*xfer = *olen;
+		if (*olen < RSK_MAX_XFER)
+			*olen <<= 1;
+	} else {
+		*xfer = (uint32_t)left;
+	}
+	if (*xfer > rs->sbuf_avail)
+		*xfer = rs->sbuf_avail;
+	return 0;
+}
+
 static ssize_t do_sendv(int fd, const struct iovec *iov, int cnt, int flags)
 {
 	struct rsk *rs = rsk_get(fd);
@@ -132,26 +164,9 @@ static ssize_t do_sendv(int fd, const struct iovec *iov, int cnt, int flags)
 		uint32_t xfer;
 		int n, sflags;
 
-		if (!rsk_can_send(rs)) {
-			ret = rsk_wait(rs, nonblocking(rs, flags),
-				       rsk_can_send_or_closed);
-			if (ret)
-				break;
-			if (rs->state != RSK_CONNECTED || !rs->wr_open) {
-				ret = rs->state == RSK_ERROR ? -rs->err :
-				      -ECONNRESET;
-				break;
-			}
-		}
-		if (olen < left) {
-			xfer = olen;
-			if (olen < RSK_MAX_XFER)
-				olen <<= 1;
-		} else {
-			xfer = (uint32_t)left;
-		}
-		if (xfer > rs->sbuf_avail)
-			xfer = rs->sbuf_avail;
+		ret = next_xfer(rs, flags, &olen, left, &xfer);
+		if (ret)
+			break;
 		if (xfer > rs->tsgl[rs->tsge].length)
 			xfer = rs->tsgl[rs->tsge].length;
 		n = gather(rs, &c, xfer, inl, sizeof(inl), sge, &sflags);
@@ -494,25 +509,9 @@ size_t riowrite(int socket, const void *buf, size_t count, off_t offset,
 			ret = -EINVAL;
 			break;
 		}
-		if (!rsk_can_send(rs)) {
-			ret = rsk_wait(rs, nonblocking(rs, flags),
-				       rsk_can_send_or_closed);
-			if (ret)
-				break;
-			if (rs->state != RSK_CONNECTED || !rs->wr_open) {
-				ret = -ECONNRESET;
-				break;
-			}
-		}
-		if (olen < left) {
-			xfer = olen;
-			if (olen < RSK_MAX_XFER)
-				olen <<= 1;
-		} else {
-			xfer = (uint32_t)left;
-		}
-		if (xfer > rs->sbuf_avail)
-			xfer = rs->sbuf_avail;
+		ret = next_xfer(rs, flags, &olen, left, &xfer);
+		if (ret)
+			break;
 		if (xfer > iom.offset + iom.sge.length - off)
 			xfer = (uint32_t)(iom.offset + iom.sge.length - off);
 		n = gather(rs, &c, xfer, inl, sizeof(inl), sge, &sflags);
