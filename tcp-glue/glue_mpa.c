@@ -69,12 +69,10 @@ static int stream_errno(int e)
 	}
 }
 
-int glue_mpa_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
-		     int timeout_ms)
+int glue_mpa_connect_start(int fd, const struct sockaddr *addr,
+			   socklen_t addrlen)
 {
-	int64_t deadline = deadline_of(timeout_ms);
-	int flags, ret, soerr = 0;
-	socklen_t len = sizeof(soerr);
+	int flags;
 
 	if (fd < 0 || !addr)
 		return -EINVAL;
@@ -83,23 +81,42 @@ int glue_mpa_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
 		return -errno;
 	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK))
 		return -errno;
+	if (!connect(fd, addr, addrlen))
+		return 0;
+	/* EINTR: the connect goes on in the background, as EINPROGRESS. */
+	return errno == EINPROGRESS || errno == EINTR ? -EINPROGRESS : -errno;
+}
 
-	ret = connect(fd, addr, addrlen);
-	if (ret == 0)
-		goto out;
-	if (errno != EINPROGRESS && errno != EINTR) {
-		ret = -errno;
-		goto out;
+int glue_mpa_connect_result(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	socklen_t len = sizeof(int);
+	int soerr = 0;
+
+	if (poll(&p, 1, 0) <= 0)
+		return -EINPROGRESS;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+		return -errno;
+	return -soerr;
+}
+
+int glue_mpa_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
+		     int timeout_ms)
+{
+	int64_t deadline = deadline_of(timeout_ms);
+	int flags, ret;
+
+	if (fd < 0 || !addr)
+		return -EINVAL;
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0)
+		return -errno;
+	ret = glue_mpa_connect_start(fd, addr, addrlen);
+	if (ret == -EINPROGRESS) {
+		ret = wait_fd(fd, POLLOUT, deadline);
+		if (!ret)
+			ret = glue_mpa_connect_result(fd);
 	}
-	ret = wait_fd(fd, POLLOUT, deadline);
-	if (ret)
-		goto out;
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len)) {
-		ret = -errno;
-		goto out;
-	}
-	ret = -soerr;
-out:
 	if (!(flags & O_NONBLOCK))
 		fcntl(fd, F_SETFL, flags);
 	return ret;

@@ -42,6 +42,17 @@ int64_t glue_mpa_now_ms(void);
 int glue_mpa_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
 		     int timeout_ms);
 
+/*
+ * The same in two steps, for a caller that serves many sockets without
+ * blocking: glue_mpa_connect_start() makes fd non-blocking (it stays so)
+ * and starts the connect; glue_mpa_connect_result() tells, once fd is
+ * writable, how it ended. Both return 0 (connected), -EINPROGRESS (not
+ * yet) or the connect(2) error as -errno.
+ */
+int glue_mpa_connect_start(int fd, const struct sockaddr *addr,
+			   socklen_t addrlen);
+int glue_mpa_connect_result(int fd);
+
 /* Write all len octets of buf (one frame) within timeout_ms. Returns 0,
  * -ETIMEDOUT or -ECONNRESET (also for EPIPE). */
 int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms);

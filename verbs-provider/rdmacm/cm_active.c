@@ -322,16 +322,12 @@ static bool dial_connected(struct dial *d)
 /* The TCP connect's outcome, once the socket is writable (or failed). */
 static bool dial_tcp(struct dial *d, bool late)
 {
-	struct pollfd p = { .fd = d->fd, .events = POLLOUT };
-	socklen_t len = sizeof(int);
-	int soerr = 0;
+	int ret = glue_mpa_connect_result(d->fd);
 
-	if (poll(&p, 1, 0) <= 0)
+	if (ret == -EINPROGRESS)
 		return late ? dial_fail(d, -ETIMEDOUT) : true;
-	if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
-		soerr = errno;
-	if (soerr)
-		return dial_fail(d, -soerr);
+	if (ret)
+		return dial_fail(d, ret);
 	return dial_connected(d);
 }
 
@@ -339,7 +335,7 @@ static bool dial_tcp(struct dial *d, bool late)
 static bool dial_start(struct dial *d)
 {
 	const struct sockaddr *dst = (const struct sockaddr *)&d->dst;
-	int flags, ret;
+	int ret;
 	bool dying;
 
 	pthread_mutex_lock(&wcm.lock);
@@ -347,17 +343,12 @@ static bool dial_start(struct dial *d)
 	pthread_mutex_unlock(&wcm.lock);
 	if (dying)
 		return dial_fail(d, -ECANCELED);
-	flags = fcntl(d->fd, F_GETFL);
-	if (flags < 0 || fcntl(d->fd, F_SETFL, flags | O_NONBLOCK))
-		return dial_fail(d, -errno);
 	dial_set(d, DIAL_TCP, POLLOUT, d->tmo);
-	do
-		ret = connect(d->fd, dst, wcm_addrlen(dst));
-	while (ret && errno == EINTR);
+	ret = glue_mpa_connect_start(d->fd, dst, wcm_addrlen(dst));
 	if (!ret)
 		return dial_connected(d);
-	if (errno != EINPROGRESS)
-		return dial_fail(d, -errno);
+	if (ret != -EINPROGRESS)
+		return dial_fail(d, ret);
 	/* On loopback the handshake is usually over already: send the
 	 * Request now, so that a listener never sees a burst of silent
 	 * connections (WISP_MPA_MAX_PENDING_PER_ADDR). */
