@@ -39,7 +39,8 @@ fp=${1:-}
 shift
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-fault.XXXXXX)}
 mkdir -p "$logs"
-port=$((24000 + ($$ % 1500) * 10))
+# shellcheck source=../rdmacm/ports.sh
+. "$here/../rdmacm/ports.sh"
 addr=127.0.0.1
 pids=()
 
@@ -57,12 +58,9 @@ if [ -n "$asan" ]; then
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1"
 fi
 
-# next_port: the next pair (port, port + 1) nobody listens on.
+# next_port: a pair (port, port + 1) that this runner holds (ports.sh).
 next_port() {
-	port=$((port + 2))
-	while [ -n "$(ss -Hltn "( sport = :$port or sport = :$((port + 1)) )" 2>/dev/null)" ]; do
-		port=$((port + 2))
-	done
+	pick_port 2
 }
 
 # start NAME ARGS...: fault_peer in the background, output to a log;
@@ -86,13 +84,10 @@ wait_line() {
 	return 1
 }
 
-# wait_listen PORT: until something listens on TCP PORT (10 s at most).
-wait_listen() {
-	local end=$((SECONDS + 10))
-	while [ $SECONDS -lt "$end" ]; do
-		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		sleep 0.05
-	done
+# listening PORT PID: until PID listens on TCP PORT (ports.sh's
+# wait_listen: 30 s at most, and not once PID has died).
+listening() {
+	wait_listen "$1" "$2" && return 0
 	echo "nothing listens on $1" >&2
 	return 1
 }
@@ -134,17 +129,17 @@ trap cleanup EXIT
 # kill_case OP END: END's process is the victim.
 kill_case() {
 	local op=$1 end=$2 sv vp gp
-	next_port
+	next_port || return 1
 	if [ "$end" = client ]; then
 		start survivor server $addr $port survivor "$op"; sv=$last
-		wait_listen $port || return 1
+		listening $port $sv || return 1
 		start good1 client $addr $port good "$op"
 		finish $last good1 30 || return 1
 		wait_line survivor '^baseline' 30 || return 1
 		start victim client $addr $port victim "$op"; vp=$last
 	else
 		start good1 server $addr $port good "$op"; gp=$last
-		wait_listen $port || return 1
+		listening $port $gp || return 1
 		start survivor client $addr $port survivor "$op"; sv=$last
 		finish $gp good1 30 || return 1
 		wait_line survivor '^baseline' 30 || return 1
@@ -176,7 +171,7 @@ kill_send_server() { kill_case send server; }
 # connection after 8 MiB; both ends are survivors.
 reset_case() {
 	local op=$1 rp sp cp rport gate="$logs/$case.gate"
-	next_port
+	next_port || return 1
 	rport=$((port + 1))
 	rm -f "$gate".*
 	python3 "$here/rst-relay.py" $rport $port 2 $((8 << 20)) $addr \
@@ -185,7 +180,7 @@ reset_case() {
 	pids+=("$rp")
 	wait_line relay '^listening' 10 || return 1
 	start server server $addr $port survivor "$op"; sp=$last
-	wait_listen $port || return 1
+	listening $port $sp || return 1
 	# The client connects again only once the server has counted what
 	# it holds (a connection it accepted would count as a leak).
 	touch "$gate.1"
@@ -209,10 +204,10 @@ reset_send() { reset_case send; }
 zero_window_case() {
 	local op=$1 resume=$2 sv vp gp flags=(-Z -W 4000)
 	[ "$resume" = 1 ] && flags+=(-R)
-	next_port
+	next_port || return 1
 	export WISP_MPA_TIMEOUT_MS=1000
 	start good1 server $addr $port good "$op"; gp=$last
-	wait_listen $port || return 1
+	listening $port $gp || return 1
 	start survivor "${flags[@]}" client $addr $port survivor "$op"; sv=$last
 	finish $gp good1 30 || return 1
 	wait_line survivor '^baseline' 30 || return 1

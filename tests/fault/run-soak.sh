@@ -19,7 +19,10 @@ busy=${3:-5}
 [ -x "$fp" ] || { echo "usage: $0 FAULT_PEER [QPS [BUSY_SECONDS]]" >&2; exit 2; }
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-soak.XXXXXX)}
 mkdir -p "$logs"
-port=$((26000 + ($$ % 2000)))
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../rdmacm/ports.sh
+. "$here/../rdmacm/ports.sh"
+pick_port || exit 1
 limit=$((60 + n / 5 + busy))
 
 hard=$(ulimit -Hn)
@@ -31,10 +34,7 @@ fi
 timeout $limit "$fp" -n "$n" -S "$busy" server 127.0.0.1 $port soak send \
 	>"$logs/server" 2>&1 &
 sp=$!
-for _ in $(seq 100); do
-	[ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && break
-	sleep 0.05
-done
+wait_listen $port $sp || echo "soak: the server does not listen on $port" >&2
 timeout $limit "$fp" -n "$n" -S "$busy" client 127.0.0.1 $port soak send \
 	>"$logs/client" 2>&1
 crc=$?

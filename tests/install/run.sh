@@ -35,7 +35,8 @@ logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-install.XXXXXX)}
 mkdir -p "$logs"
 scratch=$(mktemp -d /tmp/wisp-prefix.XXXXXX)
 prefix=$scratch/prefix
-port=$((30000 + ($$ % 1000) * 10))
+# shellcheck source=../rdmacm/ports.sh
+. "$top/tests/rdmacm/ports.sh"
 version=$(sed -nE 's/^project\(wisp VERSION ([0-9.]+).*/\1/p' "$top/CMakeLists.txt")
 npass=0
 nfail=0
@@ -51,18 +52,12 @@ skip() { echo "[SKIP] install::$1: $2"; nskip=$((nskip + 1)); }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
-# free_port: the next port from $port on that nothing uses (ss).
-free_port() {
-	port=$((port + 1))
-	while [ -n "$(ss -Htan "( sport = :$port or dport = :$port )" 2>/dev/null)" ]; do
-		port=$((port + 1))
-	done
-}
-
-# listener_pid PORT: the process listening on 127.0.0.1:PORT (5 s at most).
+# listener_pid PORT STARTER: the process listening on 127.0.0.1:PORT,
+# while STARTER (the pid that starts it) lives; 30 s at most.
 listener_pid() {
 	local pid
-	for _ in $(seq 50); do
+	for _ in $(seq 300); do
+		kill -0 "$2" 2>/dev/null || return 1
 		pid=$(ss -Hltnp "sport = :$1" 2>/dev/null |
 			grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
 		[ -n "$pid" ] && { echo "$pid"; return 0; }
@@ -81,11 +76,11 @@ rping_over() {
 	libdir=$(readlink -f "$3")
 	srv=$logs/$name.server
 	cli=$logs/$name.client
-	free_port
+	pick_port || return 1
 	(cd / && exec timeout 30 "$run" rping -s -a 127.0.0.1 -p "$port" \
 		-C 10 -S 100 -V) >"$srv" 2>&1 &
 	spid=$!
-	if ! pid=$(listener_pid "$port"); then
+	if ! pid=$(listener_pid "$port" "$spid"); then
 		kill "$spid" 2>/dev/null
 		wait "$spid" 2>/dev/null
 		echo "the rping server did not listen on $port: $(tail -3 "$srv")"

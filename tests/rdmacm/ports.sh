@@ -7,12 +7,13 @@
 # machine uses and the kernel lets us bind, and that no other runner of
 # this tree (another build, another checkout, another user of the machine)
 # holds: each runner takes an flock on a file named after the port for as
-# long as it uses it (until its next pick_port, or its exit). Ports are
+# long as it uses it (until its next pick_port, or its exit). pick_port N
+# holds N consecutive ports from $port on. Ports are
 # drawn at random below the kernel's ephemeral range, so outgoing
 # connections (which take ephemeral ports) never land on them meanwhile.
 
 port=
-port_lock_fd=
+port_lock_fds=()
 port_lock_dir=${TMPDIR:-/tmp}/wisp-test-ports
 
 # port_in_use PORT: any TCP socket (listening, connected, TIME-WAIT...)
@@ -35,33 +36,54 @@ if socket.has_ipv6:
 EOF
 }
 
-pick_port() {
-	local lo hi first last p _
+# release_ports: give up the ports this runner holds.
+release_ports() {
+	local fd
+	for fd in "${port_lock_fds[@]}"; do
+		exec {fd}>&-
+	done
+	port_lock_fds=()
+}
 
-	if [ -n "$port_lock_fd" ]; then
-		exec {port_lock_fd}>&-
-		port_lock_fd=
+# lock_port P: hold P (its lock file) if nobody else does and it is free.
+lock_port() {
+	local fd
+	exec {fd}>>"$port_lock_dir/$1" || return 1
+	if flock -n "$fd" && ! port_in_use "$1"; then
+		port_lock_fds+=("$fd")
+		return 0
 	fi
+	exec {fd}>&-
+	return 1
+}
+
+# pick_port [N]: $port and the N - 1 ports after it (default N = 1), all
+# free and held until the next pick_port or the runner's exit.
+pick_port() {
+	local n=${1:-1} lo hi first last p i _
+
+	release_ports
 	read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null ||
 		{ lo=32768; hi=60999; }
 	if [ "$lo" -gt 12000 ]; then
-		first=10000 last=$((lo - 1))
+		first=10000 last=$((lo - n))
 	else
-		first=$((hi + 1)) last=65535
+		first=$((hi + 1)) last=$((65536 - n))
 	fi
 	mkdir -p "$port_lock_dir" 2>/dev/null
 	chmod 1777 "$port_lock_dir" 2>/dev/null
 	for _ in $(seq 200); do
 		p=$((first + ((RANDOM << 15) | RANDOM) % (last - first + 1)))
-		exec {port_lock_fd}>>"$port_lock_dir/$p" || { port_lock_fd=; continue; }
-		if flock -n "$port_lock_fd" && ! port_in_use "$p"; then
+		for ((i = 0; i < n; i++)); do
+			lock_port $((p + i)) || break
+		done
+		if [ "$i" = "$n" ]; then
 			port=$p
 			return 0
 		fi
-		exec {port_lock_fd}>&-
-		port_lock_fd=
+		release_ports
 	done
-	echo "no free TCP port found in $first-$last" >&2
+	echo "no $n free TCP port(s) found in $first-$last" >&2
 	return 1
 }
 
