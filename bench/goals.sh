@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Every bandwidth and latency goal of docs/benchmarks.md, measured on both
+# paths in one go: loopback, and a veth link at MTU 1500 between two
+# network namespaces (scripts/netns-link.sh). Each figure is wisp next to
+# raw TCP in the same run (wisp_bench alternates them), CRC on and off;
+# then the connection rate. bench/goals.py turns the CSVs into the goals
+# table and the chart.
+#
+#   bench/goals.sh [OUTDIR]        (root: the namespaces need it)
+#
+# OUTDIR (default /tmp/wisp-goals.<time>) gets loopback.csv, mtu1500.csv
+# (two wisp peers: FPDUs up to 64 KiB through WISP_BIG_FPDU),
+# mtu1500-mss.csv (WISP_BIG_FPDU=off: FPDUs that fit one segment, as a
+# third-party peer gets them), connrate.txt, the programs' output (*.log), goals.md and goals.png.
+# Environment: WISP_BUILD_DIR (a Release build, default build/release;
+# built if its binaries are missing), GOALS_REPEAT (default 3: best of
+# three, wisp and TCP alternating), GOALS_SECONDS (default 2),
+# GOALS_ENGINE (default uring; "both" doubles the time), GOALS_CONN
+# (connections for wisp_connrate, default 1000; 0 leaves it out).
+# About 10 minutes with the defaults. Run it on a quiet machine: the
+# ratios hold up under load better than the absolute figures, but not
+# much better (docs/benchmarks.md, "Reading the figures").
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${WISP_BUILD_DIR:-$top/build/release}
+out=${1:-/tmp/wisp-goals.$(date -u +%Y%m%dT%H%M%S)}
+repeat=${GOALS_REPEAT:-3}
+seconds=${GOALS_SECONDS:-2}
+engine=${GOALS_ENGINE:-uring}
+nconn=${GOALS_CONN:-1000}
+srv=wgoal-srv cli=wgoal-cli
+
+die() { echo "goals: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+case $repeat in '' | *[!0-9]*) die "GOALS_REPEAT: not a number: $repeat" ;; esac
+case $nconn in '' | *[!0-9]*) die "GOALS_CONN: not a number: $nconn" ;; esac
+
+if [ ! -x "$build/bench/wisp_bench" ] || [ ! -x "$build/bench/wisp_connrate" ]; then
+	cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build "$build" --target wisp_bench wisp_connrate >/dev/null
+fi
+mkdir -p "$out"
+bench=("$build/bench/wisp_bench" --engine "$engine" --repeat "$repeat"
+	--seconds "$seconds")
+
+link_up=0
+cleanup() { [ $link_up = 0 ] || "$top/scripts/netns-link.sh" down --srv $srv --cli $cli >/dev/null; }
+trap cleanup EXIT
+
+run() { # NAME CSV ARGS...: one wisp_bench run, its output kept
+	local name=$1 csv=$2
+	shift 2
+	echo "goals: $name (load $(cut -d' ' -f1 /proc/loadavg))"
+	"${bench[@]}" --csv "$out/$csv" "$@" >"$out/$name.log" ||
+		die "$name failed: see $out/$name.log"
+}
+
+run loopback-crc loopback.csv --crc
+run loopback-nocrc loopback.csv --no-crc
+
+netns=$("$top/scripts/netns-link.sh" up --srv $srv --cli $cli | tail -1)
+link_up=1
+read -ra netns_arg <<<"$netns"
+run mtu1500-crc mtu1500.csv --crc "${netns_arg[@]}"
+run mtu1500-nocrc mtu1500.csv --no-crc "${netns_arg[@]}"
+# What a third-party peer (siw) gets: FPDUs that fit one segment.
+WISP_BIG_FPDU=off run mtu1500-mss-crc mtu1500-mss.csv --crc "${netns_arg[@]}"
+WISP_BIG_FPDU=off run mtu1500-mss-nocrc mtu1500-mss.csv --no-crc "${netns_arg[@]}"
+cleanup
+link_up=0
+
+if [ "$nconn" != 0 ]; then
+	echo "goals: connection rate, $nconn connections (load $(cut -d' ' -f1 /proc/loadavg))"
+	"$build/bench/wisp_connrate" -n "$nconn" --repeat "$repeat" \
+		>"$out/connrate.txt" 2>"$out/connrate.log" ||
+		die "wisp_connrate failed: see $out/connrate.log"
+fi
+
+py=/usr/bin/python3
+"$py" "$top/bench/goals.py" "$out" --md "$out/goals.md" -o "$out/goals.png"
+cat "$out/goals.md"
+echo "goals: figures in $out"
