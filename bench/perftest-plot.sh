@@ -138,7 +138,8 @@ fi
 
 work=$(mktemp -d /tmp/wisp-perftest-plot.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-port=$((26000 + ($$ % 1000) * 4))
+# shellcheck source=../tests/rdmacm/ports.sh
+. "$top/tests/rdmacm/ports.sh"
 failed=0
 run_id=$(date +%Y-%m-%dT%H:%M:%S)
 host=$(uname -n)
@@ -155,21 +156,12 @@ row() {
 	[ -n "$7" ] || failed=1
 }
 
-# wait_listen PORT: until something listens on TCP PORT (5 s at most).
-wait_listen() {
-	for _ in $(seq 50); do
-		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
 # perftest PROGRAM ARGS...: server and client over wisp on 127.0.0.1; the
 # client's result line (under " #bytes") on stdout, empty on failure.
 perftest() {
 	local prog=$1 spid
 	shift
-	port=$((port + 1))
+	pick_port || return 1
 	timeout 120 "$run" "$prog" -R -p "$port" "$@" >"$work/server" 2>&1 &
 	spid=$!
 	wait_listen "$port"
@@ -197,7 +189,7 @@ for t in write read send; do
 done
 
 for s in "${bw_sizes[@]}"; do
-	port=$((port + 1))
+	pick_port || return 1
 	timeout 60 iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
 	spid=$!
 	wait_listen "$port"
@@ -225,7 +217,7 @@ for t in send write; do
 	done
 done
 
-port=$((port + 1))
+pick_port || exit 1
 qperf -lp "$port" >/dev/null 2>&1 &
 qpid=$!
 wait_listen "$port"
