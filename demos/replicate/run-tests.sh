@@ -27,7 +27,7 @@ cases=(
 	file_write file_read file_send tree_streams rerun_skips
 	kill_sender kill_receiver corrupt_part corrupt_in_flight
 	err_refused err_unreachable err_no_source err_vanished err_enospc
-	err_eacces tls_psk
+	err_eacces err_version tls_psk
 )
 
 [ -x "$repl" ] || { echo "wisp-repl not built ($repl)"; exit 77; }
@@ -406,6 +406,21 @@ err_eacces() {
 	send "$d/src" 127.0.0.1:ro
 	stop_serve
 	expect_fail 5 "Permission denied"
+}
+
+# a sender of another protocol version (the test hook
+# WISP_REPL_TEST_VERSION) is turned away, and both sides say why
+err_version() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	mkfile "$d/src" 100000
+	serve "$d/dst" || return 1
+	WISP_REPL_TEST_VERSION=9 send "$d/src" 127.0.0.1:
+	stop_serve
+	expect_fail 3 "speaks wisp-repl protocol 2 and turned away protocol 9" || return 1
+	grep -q "a sender of wisp-repl protocol 9 turned away" "$logs/$cur.server" ||
+		{ echo "the receiver did not say why" >&2; return 1; }
+	[ ! -e "$d/dst/src" ]
 }
 
 # wisp's TLS (WISP_TLS*, docs/tls.md) under the unchanged program: the
