@@ -45,8 +45,6 @@ static uint64_t get64(const unsigned char *p)
 
 void msg_encode(const struct msg *m, unsigned char *w)
 {
-	int i;
-
 	put32(w + 0, m->type);
 	put32(w + 4, m->slot);
 	put32(w + 8, m->status);
@@ -64,7 +62,7 @@ void msg_encode(const struct msg *m, unsigned char *w)
 	put32(w + 92, m->nruns);
 	put64(w + 96, m->stamp);
 	if (m->type == M_NEED) {
-		for (i = 0; i < REPL_RUNS; i++) {
+		for (int i = 0; i < REPL_RUNS; i++) {
 			put64(w + U_OFF + 16 * i, m->u.runs[i].first);
 			put64(w + U_OFF + 16 * i + 8, m->u.runs[i].count);
 		}
@@ -75,8 +73,6 @@ void msg_encode(const struct msg *m, unsigned char *w)
 
 void msg_decode(const unsigned char *w, struct msg *m)
 {
-	int i;
-
 	m->type = get32(w + 0);
 	m->slot = get32(w + 4);
 	m->status = get32(w + 8);
@@ -94,7 +90,7 @@ void msg_decode(const unsigned char *w, struct msg *m)
 	m->nruns = get32(w + 92);
 	m->stamp = get64(w + 96);
 	if (m->type == M_NEED) {
-		for (i = 0; i < REPL_RUNS; i++) {
+		for (int i = 0; i < REPL_RUNS; i++) {
 			m->u.runs[i].first = get64(w + U_OFF + 16 * i);
 			m->u.runs[i].count = get64(w + U_OFF + 16 * i + 8);
 		}
