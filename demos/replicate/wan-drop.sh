@@ -4,9 +4,11 @@
 # `wan.sh drop 30`). docs/replication.md, "How it is tested".
 #
 #   demos/replicate/wan-drop.sh [--bin WISP_WAN_DELAY] [--drop SECONDS]
+#                               [--timeout S]
 #
 # The receiver runs in one namespace, the sender in the other, over wisp
-# (scripts/wisp-run), with the program's default silence limit (30 s):
+# (scripts/wisp-run), with the program's default silence limit (30 s;
+# --timeout S gives both ends another):
 #  1. a 24 MiB file, paced to 4 MB/s, is sent over a 100 Mbit/s link with
 #     20 ms RTT; once the receiver has journalled some chunks the link
 #     drops for 30 s;
@@ -32,11 +34,13 @@ wan="$top/tests/wan/wan.sh"
 repl=${WISP_REPL:-$top/build/release/demos/replicate/wisp-repl}
 bin=${WISP_WAN_DELAY:-$top/build/release/tests/wan/wisp-wan-delay}
 drop=30
+tmo=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--bin) bin=${2:?}; shift 2 ;;
 	--drop) drop=${2:?}; shift 2 ;;
-	*) echo "usage: $0 [--bin PATH] [--drop SECONDS]" >&2; exit 2 ;;
+	--timeout) tmo=(--timeout "${2:?}"); shift 2 ;;
+	*) echo "usage: $0 [--bin PATH] [--drop SECONDS] [--timeout S]" >&2; exit 2 ;;
 	esac
 done
 srv=${REPL_WAN_SRV:-wisp-rdrop$$-s}
@@ -107,9 +111,9 @@ nchunks=$((size / chunk))
 mkdir -p "$work/dst"
 head -c "$size" /dev/urandom >"$work/src"
 send_cmd=("$run" "$repl" send "$work/src" "$host": --port "$port" --json
-	--chunk 256k --limit 4M -v)
+	--chunk 256k --limit 4M -v ${tmo[@]+"${tmo[@]}"})
 
-in_srv "$run" "$repl" serve "$work/dst" --port "$port" -v \
+in_srv "$run" "$repl" serve "$work/dst" --port "$port" -v ${tmo[@]+"${tmo[@]}"} \
 	>"$logs/server" 2>&1 &
 spid=$!
 for _ in $(seq 300); do
@@ -121,7 +125,7 @@ done
 	fail "the receiver did not listen: $(tail -n 5 "$logs/server")"
 
 # 1. the transfer, and the drop once chunks are arriving
-in_cli timeout 120 "${send_cmd[@]}" >"$logs/send1.out" 2>"$logs/send1.err" &
+in_cli timeout 180 "${send_cmd[@]}" >"$logs/send1.out" 2>"$logs/send1.err" &
 pid=$!
 for _ in $(seq 300); do
 	[ "$(journal_chunks)" -ge 8 ] && break
@@ -143,7 +147,7 @@ done
 	fail "the link did not go down"
 echo "link down at $j0 of $nchunks chunks journalled"
 
-# 2. one of the two outcomes; `timeout 120` makes a hang exit 124
+# 2. one of the two outcomes; `timeout 180` makes a hang exit 124
 wait "$pid"
 rc=$?
 pid=''
@@ -166,7 +170,7 @@ case $rc in
 	[ ! -e "$work/dst/src" ] || fail "a partial file under the final name"
 	echo "failed clearly after $((t1 - t0)) s of drop: $(tail -n 1 "$logs/send1.err")"
 	;;
-124) fail "the sender hung (still running 120 s after it started)" ;;
+124) fail "the sender hung (still running 180 s after it started)" ;;
 *) fail "sender exit $rc: $(tail -n 2 "$logs/send1.err")" ;;
 esac
 
