@@ -24,7 +24,7 @@ kills=${REPL_KILLS:-5}
 . "$top/tests/rdmacm/ports.sh"
 
 cases=(
-	file_write file_read file_send tree_streams rerun_skips
+	file_write file_read file_send tree_streams rerun_skips progress_tty
 	kill_sender kill_receiver corrupt_part corrupt_in_flight
 	err_refused err_unreachable err_no_source err_vanished err_enospc
 	err_eacces err_version tls_psk tls_cert
@@ -160,6 +160,28 @@ rerun_skips() {
 	stop_serve
 	[ "$rc" -eq 0 ] && [ "$(json bytes_sent)" = 0 ] &&
 		[ "$(json files_skipped)" = 1 ] || return 1
+}
+
+# on a terminal (script(1) gives it one) the sender redraws a progress
+# line in place: bytes done of total, rate, ETA, RTT, credits in flight
+progress_tty() {
+	local d=$work/$cur
+	command -v script >/dev/null || { echo "SKIP: no script(1)"; return 0; }
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((8 * 1024 * 1024))
+	serve "$d/dst" || return 1
+	timeout 120 script -qec "$(printf '%q ' "$run" "$repl" send "$d/src" \
+		127.0.0.1: --port "$port" --chunk 256k --limit 8M)" /dev/null \
+		>"$logs/$cur.tty" 2>&1
+	rc=$?
+	stop_serve
+	[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || return 1
+	grep -aqE '8\.0 MiB / 8\.0 MiB +[0-9.]+ (B|KiB|MiB|GiB)/s +ETA [0-9]+s +RTT [0-9]+us +credits [0-9]+/[0-9]+' \
+		"$logs/$cur.tty" || { echo "no final progress line" >&2; return 1; }
+	# redrawn in place while it ran (8 MiB at 8 MB/s: a second, a
+	# redraw each 0.2 s), not printed once at the end
+	[ "$(tr -cd '\r' <"$logs/$cur.tty" | wc -c)" -ge 4 ] ||
+		{ echo "the line was not redrawn" >&2; return 1; }
 }
 
 # verified chunks in a journal (header 40 bytes, records 24)
