@@ -56,6 +56,13 @@ for p in iptables-legacy tc ss; do
 	command -v "$p" >/dev/null || skip "no $p (scripts/test.sh installs it)"
 done
 ip netns add "$srv" 2>/dev/null || skip "cannot create a network namespace"
+# the kernel must have the NFQUEUE target (xt_NFQUEUE, nfnetlink_queue):
+# a rule in the empty namespace, gone with it
+if ! nfq=$(ip netns exec "$srv" iptables-legacy -w -A INPUT -j NFQUEUE \
+	--queue-num 0 2>&1); then
+	ip netns del "$srv"
+	skip "no NFQUEUE in this kernel (iptables-legacy: $(head -n1 <<<"${nfq:-failed}"))"
+fi
 ip netns del "$srv"
 
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rdrop-logs.XXXXXX)}
@@ -102,8 +109,12 @@ json() {
 		"$1" "$2"
 }
 
-"$wan" up "${names[@]}" --rate 100mbit --delay 20 >"$logs/wan.up" 2>&1 ||
+if ! "$wan" up "${names[@]}" --rate 100mbit --delay 20 >"$logs/wan.up" 2>&1; then
+	# the delay program could not bind its queue: no nfnetlink_queue
+	grep -q "binding queue" "$logs/wan.up" &&
+		skip "no NFQUEUE queue here ($(grep -m1 "binding queue" "$logs/wan.up"))"
 	fail "wan.sh up: $(cat "$logs/wan.up")"
+fi
 
 chunk=$((256 * 1024))
 size=$((24 * 1024 * 1024))
