@@ -31,7 +31,8 @@
 # namespace. Each run is bounded in count and time.
 #
 # Exits 77 (skip, with the reason) when not root, without network
-# namespaces, or without ping/iperf3/iptables-legacy; 1 if a figure is out.
+# namespaces, without ping/iperf3/iptables-legacy, or without the kernel's
+# NFQUEUE target; 1 if a figure is out.
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
