@@ -224,13 +224,13 @@ int stream_post_recv(struct net *n, struct stream *s, uint32_t i, char *data,
 	return 0;
 }
 
-struct msg *stream_tx_get(struct stream *s, uint32_t *idx)
+/* A free send message's index; -ENOBUFS if none. */
+int stream_tx_get(struct stream *s, uint32_t *idx)
 {
 	if (!s->ntx_free)
-		return NULL;
+		return -ENOBUFS;
 	*idx = s->tx_free[--s->ntx_free];
-	memset(&s->tx[*idx], 0, sizeof(s->tx[*idx]));
-	return &s->tx[*idx];
+	return 0;
 }
 
 /* Post send message idx (signalled), with an optional second SGE. */
@@ -261,11 +261,10 @@ int stream_send(struct stream *s, uint32_t idx, const struct ibv_sge *extra)
 int stream_send_msg(struct stream *s, const struct msg *m)
 {
 	uint32_t idx;
-	struct msg *t = stream_tx_get(s, &idx);
 
-	if (!t)
+	if (stream_tx_get(s, &idx))
 		return -ENOBUFS;
-	*t = *m;
+	msg_encode(m, s->tx[idx].b);
 	return stream_send(s, idx, NULL);
 }
 

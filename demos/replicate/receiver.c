@@ -137,19 +137,23 @@ static uint64_t chunk_len(const struct rjob *j, uint64_t c)
 
 static void send_or_fail(struct rjob *j, struct stream *s, const struct msg *m)
 {
-	if (stream_send_msg(s, m)) {
-		warn_msg("cannot post a send: %s", strerror(errno));
+	int rc = stream_send_msg(s, m);
+
+	if (rc) {
+		warn_msg("cannot post a send: %s", strerror(-rc));
 		j->dead = 1;
 	}
 }
 
-/* Tell the sender we cannot go on; it prints this and exits. */
+/* Tell the sender we cannot go on; it prints the text and exits. The
+ * text says why in words: errno numbers differ between systems. */
 static void job_error(struct rjob *j, int err, const char *what)
 {
 	struct msg m = { .type = M_ERROR, .status = err };
 
 	warn_msg("%s: %s", what, strerror(err));
-	snprintf(m.u.text, sizeof(m.u.text), "%s", what);
+	snprintf(m.u.text, sizeof(m.u.text), "%.*s: %s", REPL_PATH_MAX - 64,
+		 what, strerror(err));
 	if (j->active && j->n.st[0].id)
 		send_or_fail(j, &j->n.st[0], &m);
 	j->failed = 1;
@@ -611,14 +615,15 @@ static void on_commit(struct rjob *j, struct stream *s, const struct msg *m)
 
 static void on_recv(struct rjob *j, struct stream *s, uint32_t i, uint32_t len)
 {
-	struct msg m = s->rx[i];
+	struct msg m;
 	char *data = NULL;
 
-	if (len < sizeof(m)) {
+	if (len < REPL_MSG_LEN) {
 		warn_msg("protocol error: short message (%u bytes)", len);
 		j->dead = 1;
 		return;
 	}
+	msg_decode(s->rx[i].b, &m);
 	if (j->mode == MODE_SEND)
 		data = j->n.data + (size_t)(s->rx_buf_first + i) * j->chunk;
 	switch (m.type) {
@@ -634,7 +639,7 @@ static void on_recv(struct rjob *j, struct stream *s, uint32_t i, uint32_t len)
 			}
 			data = j->n.data + (size_t)m.slot * j->chunk;
 		}
-		if (!data || len - sizeof(m) != (j->mode == MODE_SEND ? m.len : 0)) {
+		if (!data || len - REPL_MSG_LEN != (j->mode == MODE_SEND ? m.len : 0)) {
 			warn_msg("protocol error: DATA in %s mode", mode_name(j->mode));
 			j->dead = 1;
 			break;
@@ -827,30 +832,40 @@ static void on_connect_request(struct rjob *j, struct rdma_cm_id *id,
 			       const struct rdma_conn_param *cp)
 {
 	struct conn_req rq;
-	struct conn_rep rp = { .magic = REPL_MAGIC };
+	struct conn_rep rp = { .magic = REPL_MAGIC, .version = REPL_VERSION };
+	unsigned char rpw[REPL_REP_LEN];
 	struct rdma_conn_param ap = { 0 };
 	struct ibv_device_attr attr;
 	struct stream *s;
 	uint32_t per, rq_depth;
-	int rc = -EPROTO;
+	enum wire_check wc;
+	int rc = 0;
 
-	if (cp->private_data_len < sizeof(rq))
+	wc = req_decode(cp->private_data, cp->private_data_len, &rq);
+	if (wc != WIRE_OK) {
+		if (wc == WIRE_VERSION)
+			warn_msg("a sender of wisp-repl protocol %u turned away (this receiver speaks %u)",
+				 rq.version, REPL_VERSION);
+		else
+			warn_msg("a connection turned away: %s", wire_check_str(wc));
+		rp.reason = wc == WIRE_VERSION || wc == WIRE_V1 ? REJ_VERSION :
+			    REJ_BAD_REQUEST;
 		goto reject;
-	memcpy(&rq, cp->private_data, sizeof(rq));
-	if (rq.magic != REPL_MAGIC || rq.version != REPL_VERSION)
-		goto reject;
+	}
 	if (!j->active && rq.stream == 0) {
 		rc = job_start(j, id, &rq);
 		if (rc)
 			goto reject_job;
 	} else if (!j->active || rq.nonce != j->nonce ||
 		   rq.stream >= j->n.nstreams || j->n.st[rq.stream].id) {
-		rc = -EBUSY;
+		if (j->active && rq.nonce != j->nonce)
+			warn_msg("a new job turned away: busy with another");
+		rp.reason = REJ_BUSY;
 		goto reject;
 	}
 	rc = net_setup_verbs(&j->n, id->verbs, 0);
 	if (rc)
-		goto reject;
+		goto reject_rc;
 	s = &j->n.st[rq.stream];
 	s->id = id;
 	s->idx = rq.stream;
@@ -887,8 +902,9 @@ static void on_connect_request(struct rjob *j, struct rdma_cm_id *id,
 	rp.slot_first = s->slot_first;
 	rp.slot_count = s->slot_count;
 	rp.chunk = j->chunk;
-	ap.private_data = &rp;
-	ap.private_data_len = sizeof(rp);
+	rep_encode(&rp, rpw);
+	ap.private_data = rpw;
+	ap.private_data_len = sizeof(rpw);
 	if (rdma_accept(id, &ap)) {
 		warn_msg("rdma_accept: %s", strerror(errno));
 		j->dead = 1;
@@ -901,13 +917,16 @@ reject_stream:
 	s->id = NULL;
 	stream_destroy(s);
 	j->dead = 1;
-	goto reject;
+	goto reject_rc;
 reject_job:
 	warn_msg("cannot start a job: %s", strerror(-rc));
 	job_teardown(j);
+reject_rc:
+	rp.reason = rc == -EINVAL ? REJ_BAD_REQUEST : REJ_RESOURCES;
+	rp.status = (uint32_t)-rc;
 reject:
-	rp.status = -rc;
-	rdma_reject(id, &rp, sizeof(rp));
+	rep_encode(&rp, rpw);
+	rdma_reject(id, rpw, sizeof(rpw));
 	rdma_destroy_id(id);
 }
 

@@ -7,9 +7,9 @@
  * RDMA NIC, over siw, or over wisp through scripts/wisp-run. Nothing here
  * knows about wisp. Design and guarantees: docs/replication.md.
  *
- * Both peers are little-endian hosts in practice; the messages below are
- * sent in host order and the connect private data carries a magic that a
- * peer of the other byte order would not recognise.
+ * Messages and connect private data travel in network byte order, at
+ * fixed offsets (wire.h, wire.c); in memory they are the host-order
+ * structs of wire.h.
  */
 #ifndef WISP_REPL_H
 #define WISP_REPL_H
@@ -19,14 +19,11 @@
 #include <time.h>
 #include <rdma/rdma_cma.h>
 #include <infiniband/verbs.h>
+#include "wire.h"
 
-#define REPL_MAGIC	0x4c504552u	/* "REPL" */
-#define REPL_VERSION	1
 #define REPL_PORT	7470
 #define REPL_MAX_STREAMS 16
 #define REPL_MAX_WINDOW	1024
-#define REPL_PATH_MAX	384
-#define REPL_RUNS	24	/* chunk runs per NEED message */
 #define REPL_NEED_MSGS	64	/* NEED messages per round, at most */
 #define REPL_RX_EXTRA	96	/* receives beyond the data slots */
 #define REPL_SQ_EXTRA	(REPL_NEED_MSGS + 96)
@@ -45,75 +42,11 @@ enum {
 
 enum repl_mode { MODE_WRITE = 0, MODE_READ = 1, MODE_SEND = 2 };
 
-enum msg_type {
-	M_OPEN = 1,	/* S->R: a file: size, mtime, path */
-	M_NEED,		/* R->S: runs of chunks to send */
-	M_NEED_END,	/* R->S: end of the NEED list (status SKIP: have it) */
-	M_DATA,		/* S->R: chunk in slot (write) / in this message (send) */
-	M_OFFER,	/* S->R: chunk in my buffer at addr/rkey (read) */
-	M_CREDIT,	/* R->S: slot free again (status BAD: resend chunk) */
-	M_DONE,		/* S->R: every needed chunk has been credited */
-	M_VERIFY,	/* R->S: all chunks check; whole-file XXH3-128 */
-	M_COMMIT,	/* S->R: hashes agree, publish it */
-	M_ABORT,	/* S->R: hashes differ, keep it partial */
-	M_COMMITTED,	/* R->S: renamed into place */
-	M_ERROR,	/* R->S: cannot go on (status = errno) */
-	M_PING,
-	M_PONG,
-	M_BYE,		/* S->R: job done */
-};
-
 enum { ST_OK = 0, ST_BAD = 1, ST_SKIP = 2 };
 
-struct run {
-	uint64_t first, count;
-};
-
-struct msg {
-	uint32_t type;
-	uint32_t slot;
-	uint32_t status;
-	uint32_t rkey;
-	uint64_t file_id;
-	uint64_t chunk;
-	uint64_t offset;
-	uint64_t len;
-	uint64_t hash;		/* XXH3-64 of the chunk; low half of 128 */
-	uint64_t hash_hi;
-	uint64_t addr;
-	uint64_t size;
-	uint64_t mtime_ns;
-	uint32_t fmode;
-	uint32_t nruns;
-	uint64_t stamp;		/* PING/PONG: sender's clock */
-	union {
-		char path[REPL_PATH_MAX];
-		struct run runs[REPL_RUNS];
-		char text[REPL_PATH_MAX];
-	} u;
-};
-
-/* Connect private data (well under MPA's 512 bytes). */
-struct conn_req {
-	uint32_t magic;
-	uint16_t version;
-	uint16_t stream;
-	uint16_t nstreams;
-	uint16_t mode;
-	uint32_t chunk;
-	uint32_t window;
-	uint32_t pad;
-	uint64_t nonce;
-};
-
-struct conn_rep {
-	uint32_t magic;
-	uint32_t status;	/* 0 or errno */
-	uint64_t addr;		/* slot array (write mode) */
-	uint32_t rkey;
-	uint32_t slot_first;
-	uint32_t slot_count;
-	uint32_t chunk;
+/* A message's wire form, as posted to send and receive. */
+struct wmsg {
+	unsigned char b[REPL_MSG_LEN];
 };
 
 /* One QP of the job. */
@@ -127,12 +60,12 @@ struct stream {
 	uint64_t remote;
 	uint32_t reads_out;
 	/* receive messages; data buffers in send mode */
-	struct msg *rx;
+	struct wmsg *rx;
 	struct ibv_mr *rx_mr;
 	uint32_t nrx;
 	uint32_t rx_buf_first;	/* send mode: first data buffer */
 	/* send messages, a free stack */
-	struct msg *tx;
+	struct wmsg *tx;
 	struct ibv_mr *tx_mr;
 	uint32_t ntx;
 	uint32_t *tx_free;
@@ -196,7 +129,7 @@ int stream_alloc_msgs(struct net *n, struct stream *s, uint32_t nrx, uint32_t nt
 		      char *rx_data, uint32_t chunk);
 int stream_post_recv(struct net *n, struct stream *s, uint32_t i, char *data,
 		     uint32_t chunk);
-struct msg *stream_tx_get(struct stream *s, uint32_t *idx);
+int stream_tx_get(struct stream *s, uint32_t *idx);
 int stream_send(struct stream *s, uint32_t idx, const struct ibv_sge *extra);
 int stream_send_msg(struct stream *s, const struct msg *m);
 void stream_destroy(struct stream *s);

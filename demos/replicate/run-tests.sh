@@ -24,10 +24,10 @@ kills=${REPL_KILLS:-5}
 . "$top/tests/rdmacm/ports.sh"
 
 cases=(
-	file_write file_read file_send tree_streams rerun_skips
+	file_write file_read file_send tree_streams rerun_skips progress_tty
 	kill_sender kill_receiver corrupt_part corrupt_in_flight
 	err_refused err_unreachable err_no_source err_vanished err_enospc
-	err_eacces tls_psk
+	err_eacces err_version tls_psk tls_cert
 )
 
 [ -x "$repl" ] || { echo "wisp-repl not built ($repl)"; exit 77; }
@@ -65,6 +65,17 @@ wait_log() {
 		sleep 0.1
 	done
 	echo "no '$1' from the receiver" >&2
+	return 1
+}
+
+# wait_count PATTERN N: until the receiver's log has PATTERN N times; 30 s
+# at most.
+wait_count() {
+	for _ in $(seq 300); do
+		[ "$(grep -c "$1" "$logs/$cur.server")" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	echo "no '$1' ($2 times) from the receiver" >&2
 	return 1
 }
 
@@ -151,6 +162,28 @@ rerun_skips() {
 		[ "$(json files_skipped)" = 1 ] || return 1
 }
 
+# on a terminal (script(1) gives it one) the sender redraws a progress
+# line in place: bytes done of total, rate, ETA, RTT, credits in flight
+progress_tty() {
+	local d=$work/$cur
+	command -v script >/dev/null || { echo "SKIP: no script(1)"; return 0; }
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $((8 * 1024 * 1024))
+	serve "$d/dst" || return 1
+	timeout 120 script -qec "$(printf '%q ' "$run" "$repl" send "$d/src" \
+		127.0.0.1: --port "$port" --chunk 256k --limit 8M)" /dev/null \
+		>"$logs/$cur.tty" 2>&1
+	rc=$?
+	stop_serve
+	[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" || return 1
+	grep -aqE '8\.0 MiB / 8\.0 MiB +[0-9.]+ (B|KiB|MiB|GiB)/s +ETA [0-9]+s +RTT [0-9]+us +credits [0-9]+/[0-9]+' \
+		"$logs/$cur.tty" || { echo "no final progress line" >&2; return 1; }
+	# redrawn in place while it ran (8 MiB at 8 MB/s: a second, a
+	# redraw each 0.2 s), not printed once at the end
+	[ "$(tr -cd '\r' <"$logs/$cur.tty" | wc -c)" -ge 4 ] ||
+		{ echo "the line was not redrawn" >&2; return 1; }
+}
+
 # verified chunks in a journal (header 40 bytes, records 24)
 journal_chunks() {
 	local f
@@ -198,7 +231,7 @@ kill_sender() {
 		pid=$!
 		pids+=("$pid")
 		ms=$(rand_ms 100 1800)
-		sleep "$(printf '0.%03d' "$ms")" 2>/dev/null || sleep 1
+		sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
 		kill -9 "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
 		wait_idle || { stop_serve; return 1; }
@@ -232,8 +265,13 @@ kill_receiver() {
 			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
 		pid=$!
 		pids+=("$pid")
-		ms=$(rand_ms 100 1800)
-		sleep "$(printf '0.%03d' "$ms")" 2>/dev/null || sleep 1
+		# from the moment this round's job is under way (on a loaded
+		# machine the sender may take longer than the delay to connect,
+		# and a receiver killed before that is a refused connection)
+		# (each earlier round started two jobs: the killed one and the rerun)
+		wait_count "job started" $((2 * i - 1)) || return 1
+		ms=$(rand_ms 50 1500)
+		sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
 		kill -9 "$spid"
 		wait "$spid" 2>/dev/null
 		wait "$pid"
@@ -328,12 +366,34 @@ err_refused() {
 	expect_fail 3 "Connection refused"
 }
 
-# TEST-NET-1: no host answers; bounded by --timeout
+# An unreachable peer, in a private network namespace (nothing leaves the
+# machine): with no route to it, and a silent host (a veth whose far end
+# has no address, and a static neighbour entry so that the SYNs go out and
+# nothing answers) bounded by --timeout 3. Exit 3, the reason named.
 err_unreachable() {
-	pick_port || return 1
-	mkfile "$work/$cur.src" 1000
-	send "$work/$cur.src" 192.0.2.1: --timeout 3
-	expect_fail 3 "192.0.2.1"
+	local src=$work/$cur.src
+	if ! unshare -n true 2>/dev/null; then
+		echo "SKIP: no network namespace (needs root)"
+		return 0
+	fi
+	mkfile "$src" 1000
+	out=$(timeout 60 unshare -n sh -c 'ip link set lo up && exec "$@"' sh \
+		"$run" "$repl" send "$src" 192.0.2.1: --json 2>>"$logs/$cur.client")
+	rc=$?
+	echo "$out" >>"$logs/$cur.client"
+	expect_fail 3 "192.0.2.1:7470: address: Network is unreachable" || return 1
+	out=$(timeout 60 unshare -n sh -c '
+		ip link set lo up &&
+		ip link add wr-u0 type veth peer name wr-u1 &&
+		ip link set wr-u0 up && ip link set wr-u1 up &&
+		ip addr add 192.0.2.2/24 dev wr-u0 &&
+		ip neigh add 192.0.2.1 lladdr 02:00:00:00:00:01 dev wr-u0 &&
+		exec "$@"' sh \
+		"$run" "$repl" send "$src" 192.0.2.1: --timeout 3 --json \
+		2>>"$logs/$cur.client")
+	rc=$?
+	echo "$out" >>"$logs/$cur.client"
+	expect_fail 3 "192.0.2.1:7470: connect: timed out"
 }
 
 err_no_source() {
@@ -408,6 +468,21 @@ err_eacces() {
 	expect_fail 5 "Permission denied"
 }
 
+# a sender of another protocol version (the test hook
+# WISP_REPL_TEST_VERSION) is turned away, and both sides say why
+err_version() {
+	local d=$work/$cur
+	mkdir -p "$d/dst"
+	mkfile "$d/src" 100000
+	serve "$d/dst" || return 1
+	WISP_REPL_TEST_VERSION=9 send "$d/src" 127.0.0.1:
+	stop_serve
+	expect_fail 3 "speaks wisp-repl protocol 2 and turned away protocol 9" || return 1
+	grep -q "a sender of wisp-repl protocol 9 turned away" "$logs/$cur.server" ||
+		{ echo "the receiver did not say why" >&2; return 1; }
+	[ ! -e "$d/dst/src" ]
+}
+
 # wisp's TLS (WISP_TLS*, docs/tls.md) under the unchanged program: the
 # copy matches, and a plaintext sender is turned away by the TLS receiver.
 tls_psk() {
@@ -426,6 +501,31 @@ tls_psk() {
 	send "$d/src" 127.0.0.1: --timeout 10
 	stop_serve
 	[ "$rc" -eq 3 ] || { echo "plaintext sender: exit $rc, not 3" >&2; return 1; }
+	[ ! -e "$d/dst/src" ]
+}
+
+# the same with certificates, both ends authenticated (WISP_TLS_MUTUAL):
+# the copy matches; a sender that trusts another CA does not connect
+tls_cert() {
+	local d=$work/$cur c
+	mkdir -p "$d/dst"
+	"$top/tests/tls/make-certs.sh" "$d/tls" >/dev/null 2>&1 ||
+		{ echo "make-certs.sh failed" >&2; return 1; }
+	c=$d/tls
+	mkfile "$d/src" $((8 * 1024 * 1024 + 5))
+	export WISP_TLS=required WISP_TLS_CERT="$c/server.pem" \
+		WISP_TLS_KEY="$c/server.key" WISP_TLS_CA="$c/ca.pem" WISP_TLS_MUTUAL=1
+	serve "$d/dst" || return 1
+	export WISP_TLS_CERT="$c/client.pem" WISP_TLS_KEY="$c/client.key"
+	send "$d/src" 127.0.0.1: --chunk 128k
+	[ "$rc" -eq 0 ] && cmp "$d/src" "$d/dst/src" ||
+		{ unset WISP_TLS WISP_TLS_CERT WISP_TLS_KEY WISP_TLS_CA WISP_TLS_MUTUAL; stop_serve; return 1; }
+	rm -f "$d/dst/src"
+	export WISP_TLS_CA="$c/rogue-ca.pem"
+	send "$d/src" 127.0.0.1: --timeout 10
+	unset WISP_TLS WISP_TLS_CERT WISP_TLS_KEY WISP_TLS_CA WISP_TLS_MUTUAL
+	stop_serve
+	[ "$rc" -eq 3 ] || { echo "sender trusting another CA: exit $rc, not 3" >&2; return 1; }
 	[ ! -e "$d/dst/src" ]
 }
 

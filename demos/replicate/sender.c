@@ -109,8 +109,10 @@ static void walk(struct sjob *j, const char *abs, const char *rel)
 
 static void send_ctl(struct sjob *j, const struct msg *m)
 {
-	if (stream_send_msg(&j->n.st[0], m))
-		die_msg(EX_LOST, "cannot post a send: %s", strerror(errno));
+	int rc = stream_send_msg(&j->n.st[0], m);
+
+	if (rc)
+		die_msg(EX_LOST, "cannot post a send: %s", strerror(-rc));
 }
 
 /* One CM event, at most timeout_ms away (connection setup only). */
@@ -124,20 +126,43 @@ static struct rdma_cm_event *wait_cm(struct sjob *j, int timeout_ms)
 	return ev;
 }
 
+/* A reject that carries a wisp-repl reply: say why. */
+static void rejected(const char *host, int port, struct rdma_cm_event *ev,
+		     uint16_t asked)
+{
+	struct conn_rep rp;
+	enum wire_check c = rep_decode(ev->param.conn.private_data,
+				       ev->param.conn.private_data_len, &rp);
+
+	if (c == WIRE_V1 || c == WIRE_VERSION)
+		die_msg(EX_CONNECT, "%s:%d: the receiver speaks %s (protocol %u here)",
+			host, port, c == WIRE_VERSION ? "another wisp-repl protocol version"
+			: "wisp-repl protocol 1, in host byte order", REPL_VERSION);
+	if (c != WIRE_OK)
+		die_msg(EX_CONNECT, "%s:%d: connection refused", host, port);
+	switch (rp.reason) {
+	case REJ_BUSY:
+		die_msg(EX_CONNECT, "%s:%d: the receiver is busy with another job (a connection that died without a word holds it until the receiver's --timeout); try again",
+			host, port);
+	case REJ_VERSION:
+		die_msg(EX_CONNECT, "%s:%d: the receiver speaks wisp-repl protocol %u and turned away protocol %u: install the same wisp-repl on both hosts",
+			host, port, rp.version, asked);
+	case REJ_BAD_REQUEST:
+		die_msg(EX_CONNECT, "%s:%d: the receiver refused the job's parameters",
+			host, port);
+	default:
+		die_msg(EX_CONNECT, "%s:%d: receiver refused the job: %s", host,
+			port, rp.status ? strerror((int)rp.status) : "no reason given");
+	}
+}
+
 static void cm_fail(const char *host, int port, const char *what,
-		    struct rdma_cm_event *ev)
+		    struct rdma_cm_event *ev, uint16_t asked)
 {
 	int st = ev ? ev->status : ETIMEDOUT;
 
-	if (ev && ev->event == RDMA_CM_EVENT_REJECTED) {
-		const struct conn_rep *rp = ev->param.conn.private_data;
-
-		if (ev->param.conn.private_data_len >= sizeof(*rp) &&
-		    rp->magic == REPL_MAGIC && rp->status)
-			die_msg(EX_CONNECT, "%s:%d: receiver refused the job: %s",
-				host, port, strerror(rp->status));
-		die_msg(EX_CONNECT, "%s:%d: connection refused", host, port);
-	}
+	if (ev && ev->event == RDMA_CM_EVENT_REJECTED)
+		rejected(host, port, ev, asked);
 	if (st < 0)
 		st = -st;
 	die_msg(EX_CONNECT, "%s:%d: %s: %s", host, port, what,
@@ -159,13 +184,19 @@ static void connect_stream(struct sjob *j, int i, uint64_t nonce,
 		.window = j->window, .nonce = nonce,
 	};
 	struct conn_rep rp;
+	unsigned char rqw[REPL_REQ_LEN];
 	struct rdma_conn_param cp = {
-		.private_data = &rq, .private_data_len = sizeof(rq),
+		.private_data = rqw, .private_data_len = sizeof(rqw),
 		.retry_count = 7, .rnr_retry_count = 7,
 	};
 	uint32_t per = j->window / o->streams, cnt, k;
+	enum wire_check wc;
 	int rc;
 
+	/* test hook: as a sender of another protocol version would */
+	if (getenv("WISP_REPL_TEST_VERSION"))
+		rq.version = (uint16_t)atoi(getenv("WISP_REPL_TEST_VERSION"));
+	req_encode(&rq, rqw);
 	s->idx = i;
 	if (rdma_create_id(j->n.ec, &s->id, NULL, RDMA_PS_TCP))
 		die_msg(EX_FAIL, "rdma_create_id: %s", strerror(errno));
@@ -173,13 +204,13 @@ static void connect_stream(struct sjob *j, int i, uint64_t nonce,
 		die_msg(EX_CONNECT, "%s: %s", o->host, strerror(errno));
 	ev = wait_cm(j, o->timeout_ms);
 	if (!ev || ev->event != RDMA_CM_EVENT_ADDR_RESOLVED)
-		cm_fail(o->host, o->port, "address", ev);
+		cm_fail(o->host, o->port, "address", ev, rq.version);
 	rdma_ack_cm_event(ev);
 	if (rdma_resolve_route(s->id, o->timeout_ms))
 		die_msg(EX_CONNECT, "%s: %s", o->host, strerror(errno));
 	ev = wait_cm(j, o->timeout_ms);
 	if (!ev || ev->event != RDMA_CM_EVENT_ROUTE_RESOLVED)
-		cm_fail(o->host, o->port, "route", ev);
+		cm_fail(o->host, o->port, "route", ev, rq.version);
 	rdma_ack_cm_event(ev);
 	rc = net_setup_verbs(&j->n, s->id->verbs,
 			     o->streams * (3 * j->window / o->streams +
@@ -202,12 +233,14 @@ static void connect_stream(struct sjob *j, int i, uint64_t nonce,
 		die_msg(EX_CONNECT, "%s:%d: %s", o->host, o->port, strerror(errno));
 	ev = wait_cm(j, o->timeout_ms);
 	if (!ev || ev->event != RDMA_CM_EVENT_ESTABLISHED)
-		cm_fail(o->host, o->port, "connect", ev);
-	if (ev->param.conn.private_data_len < sizeof(rp))
-		die_msg(EX_CONNECT, "%s:%d: not a wisp-repl receiver", o->host, o->port);
-	memcpy(&rp, ev->param.conn.private_data, sizeof(rp));
+		cm_fail(o->host, o->port, "connect", ev, rq.version);
+	wc = rep_decode(ev->param.conn.private_data,
+			ev->param.conn.private_data_len, &rp);
 	rdma_ack_cm_event(ev);
-	if (rp.magic != REPL_MAGIC || rp.chunk != o->chunk || !rp.slot_count)
+	if (wc != WIRE_OK)
+		die_msg(EX_CONNECT, "%s:%d: the receiver's reply: %s", o->host,
+			o->port, wire_check_str(wc));
+	if (rp.chunk != o->chunk || !rp.slot_count)
 		die_msg(EX_CONNECT, "%s:%d: not a wisp-repl receiver", o->host, o->port);
 	s->established = 1;
 	s->slot_first = rp.slot_first;
@@ -345,8 +378,9 @@ static void on_verify(struct sjob *j, const struct msg *m)
 
 static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 {
-	struct msg m = s->rx[i];
+	struct msg m;
 
+	msg_decode(s->rx[i].b, &m);
 	switch (m.type) {
 	case M_CREDIT:
 		on_credit(j, s, &m);
@@ -373,7 +407,7 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 		j->state = FS_DONE;
 		break;
 	case M_ERROR:
-		die_msg(EX_REMOTE, "receiver: %s: %s", m.u.text, strerror(m.status));
+		die_msg(EX_REMOTE, "receiver: %s", m.u.text);
 	case M_PONG: {
 		uint64_t rtt = now_us() - m.stamp;
 
@@ -438,12 +472,12 @@ static void post_chunk(struct sjob *j, struct stream *s, uint64_t c)
 	uint64_t off = c * j->chunk;
 	uint64_t len = j->size - off < j->chunk ? j->size - off : j->chunk;
 	char *buf = j->n.data + (size_t)slot * j->chunk;
-	struct msg *m = stream_tx_get(s, &idx);
+	struct msg mm = { 0 }, *m = &mm;
 	struct ibv_sge data = { .addr = (uintptr_t)buf, .length = len,
 				.lkey = j->n.data_mr->lkey };
 	uint64_t got = 0;
 
-	if (!m)
+	if (stream_tx_get(s, &idx))
 		die_msg(EX_FAIL, "send queue exhausted");
 	while (got < len) {
 		ssize_t k = pread(j->fd, buf + got, len - got, off + got);
@@ -470,6 +504,7 @@ static void post_chunk(struct sjob *j, struct stream *s, uint64_t c)
 	}
 	m->addr = (uintptr_t)buf;
 	m->rkey = j->n.data_mr->rkey;
+	msg_encode(m, s->tx[idx].b);
 	j->slot_chunk[slot] = c;
 	if (o->mode == MODE_WRITE) {
 		/* WRITE unsignalled, then the signalled SEND: RDMAP places

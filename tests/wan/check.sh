@@ -31,7 +31,8 @@
 # namespace. Each run is bounded in count and time.
 #
 # Exits 77 (skip, with the reason) when not root, without network
-# namespaces, or without ping/iperf3/iptables-legacy; 1 if a figure is out.
+# namespaces, without ping/iperf3/iptables-legacy, or without the kernel's
+# NFQUEUE target; 1 if a figure is out.
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -56,6 +57,13 @@ for p in ping iperf3 iptables-legacy tc chrt; do
 	command -v "$p" >/dev/null || skip "no $p (scripts/test.sh installs it)"
 done
 ip netns add "$srv" 2>/dev/null || skip "cannot create a network namespace"
+# the kernel must have the NFQUEUE target (xt_NFQUEUE, nfnetlink_queue):
+# a rule in the empty namespace, gone with it
+if ! nfq=$(ip netns exec "$srv" iptables-legacy -w -A INPUT -j NFQUEUE \
+	--queue-num 0 2>&1); then
+	ip netns del "$srv"
+	skip "no NFQUEUE in this kernel (iptables-legacy: $(head -n1 <<<"${nfq:-failed}"))"
+fi
 ip netns del "$srv"
 
 rt=()
