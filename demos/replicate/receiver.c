@@ -55,6 +55,7 @@ struct rfile {
 	int part_fd, j_fd;
 	uint64_t size, mtime_ns, nchunks, nhave, repaired;
 	uint32_t fmode;
+	int image;		/* a disk image: no mtime, never skipped */
 	uint8_t *have;		/* in the journal */
 	uint8_t *pend;		/* written, journal record not yet durable */
 	uint64_t *hashes;
@@ -71,6 +72,7 @@ struct rjob {
 	struct rdma_cm_id *listen;
 	int active, dead, bye, failed, finished;
 	uint64_t nonce;
+	uint64_t dest;		/* the sender's destination key, 0: none */
 	enum repl_mode mode;
 	uint32_t chunk, window;
 	struct rfile f;
@@ -407,6 +409,7 @@ static void on_open(struct rjob *j, struct stream *s, const struct msg *m)
 	f->size = m->size;
 	f->mtime_ns = m->mtime_ns;
 	f->fmode = m->fmode;
+	f->image = !!(m->status & OPEN_IMAGE);
 	f->nchunks = (m->size + j->chunk - 1) / j->chunk;
 	snprintf(f->rel, sizeof(f->rel), "%s", m->u.path);
 	snprintf(f->final, sizeof(f->final), "%s/%s", j->o->dir, f->rel);
@@ -424,8 +427,9 @@ static void on_open(struct rjob *j, struct stream *s, const struct msg *m)
 		 meta_dir, enc);
 	f->part_fd = f->j_fd = -1;
 
-	/* already there, same size and mtime: nothing to do */
-	if (!stat(f->final, &st) && S_ISREG(st.st_mode) &&
+	/* already there, same size and mtime: nothing to do (an image has
+	 * no mtime that tells its versions apart: always sent) */
+	if (!f->image && !stat(f->final, &st) && S_ISREG(st.st_mode) &&
 	    (uint64_t)st.st_size == f->size &&
 	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + st.st_mtim.tv_nsec ==
 	    f->mtime_ns) {
@@ -598,6 +602,8 @@ static void on_commit(struct rjob *j, struct stream *s, const struct msg *m)
 		return;
 	ts[0].tv_sec = ts[1].tv_sec = f->mtime_ns / 1000000000u;
 	ts[0].tv_nsec = ts[1].tv_nsec = f->mtime_ns % 1000000000u;
+	if (f->image)
+		ts[0].tv_nsec = ts[1].tv_nsec = UTIME_NOW;
 	if (fchmod(f->part_fd, f->fmode & 07777) || futimens(f->part_fd, ts) ||
 	    fsync(f->part_fd) || rename(f->part, f->final) ||
 	    fsync_dir_of(f->final)) {
@@ -662,9 +668,13 @@ static void on_recv(struct rjob *j, struct stream *s, uint32_t i, uint32_t len)
 		on_commit(j, s, &m);
 		break;
 	case M_ABORT:
-		warn_msg("%s: sender aborted it (source changed); kept partial",
+		warn_msg("%s: sender aborted it (source changed); the rerun starts it over",
 			 j->f.rel);
 		journal_flush(j);
+		/* the journal's chunks may be of another version of the
+		 * source (an image has no mtime to tell): forget them */
+		if (j->f.active && (ftruncate(j->f.j_fd, 0) || fdatasync(j->f.j_fd)))
+			warn_msg("%s: %s", j->f.jpath, strerror(errno));
 		file_close(j);
 		break;
 	case M_PING:
@@ -762,6 +772,7 @@ static int job_start(struct rjob *j, struct rdma_cm_id *id,
 	    rq->nstreams > REPL_MAX_STREAMS || rq->mode > MODE_SEND)
 		return -EINVAL;
 	j->nonce = rq->nonce;
+	j->dest = rq->dest;
 	j->mode = rq->mode;
 	j->chunk = rq->chunk;
 	j->window = rq->window;
@@ -828,6 +839,25 @@ static void job_teardown(struct rjob *j)
 	j->dead = 0;
 }
 
+/* A new run of the job we hold (stream 0, another nonce, the same
+ * destination key): the old run's sender was killed or cut off without
+ * a word, or stopped. Tell it (if it can still hear), journal what it
+ * delivered and verified, and drop its connections, CQ and slots: none
+ * of its later completions can reach the new job, and its rkey dies
+ * with the old slot array. */
+static void job_take_over(struct rjob *j)
+{
+	struct msg m = { .type = M_ERROR, .status = ERR_TAKEN_OVER };
+
+	warn_msg("a new run of the job (same destination) takes over; dropping the old connection");
+	snprintf(m.u.text, sizeof(m.u.text),
+		 "a newer run of this job (same destination) took over the receiver; this run stops");
+	if (!j->dead && j->n.st[0].id && j->n.st[0].established)
+		send_or_fail(j, &j->n.st[0], &m);
+	j->failed = 1;
+	job_teardown(j);
+}
+
 static void on_connect_request(struct rjob *j, struct rdma_cm_id *id,
 			       const struct rdma_conn_param *cp)
 {
@@ -852,6 +882,9 @@ static void on_connect_request(struct rjob *j, struct rdma_cm_id *id,
 			    REJ_BAD_REQUEST;
 		goto reject;
 	}
+	if (j->active && rq.stream == 0 && rq.dest && rq.dest == j->dest &&
+	    rq.nonce != j->nonce)
+		job_take_over(j);
 	if (!j->active && rq.stream == 0) {
 		rc = job_start(j, id, &rq);
 		if (rc)

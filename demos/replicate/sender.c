@@ -24,8 +24,10 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <linux/fs.h>
 #include <xxhash.h>
 #include "repl.h"
 
@@ -40,6 +42,7 @@ struct sjob {
 	const struct opts *o;
 	struct net n;
 	uint32_t window, chunk, inflight_max;
+	uint64_t dest_key;	/* names the job's destination to the receiver */
 	struct sfile *files;
 	size_t nfiles, cap;
 	/* current file */
@@ -75,17 +78,48 @@ static void add_file(struct sjob *j, const char *abs, const char *rel)
 	j->nfiles++;
 }
 
+/* A disk image's size: a block device's st_size is 0. */
+static uint64_t image_size(int fd, const char *abs)
+{
+	uint64_t size;
+
+	if (ioctl(fd, BLKGETSIZE64, &size))
+		die_msg(EX_SOURCE, "%s: size of the block device: %s", abs,
+			strerror(errno));
+	return size;
+}
+
 static void walk(struct sjob *j, const char *abs, const char *rel)
 {
 	struct stat st;
 	DIR *d;
 	struct dirent *e;
+	int top = !strchr(rel, '/');
 
 	if (lstat(abs, &st))
 		die_msg(EX_SOURCE, "%s: %s", abs, strerror(errno));
+	/* SRC may name a disk by a link (/dev/disk/by-id/...) */
+	if (top && S_ISLNK(st.st_mode)) {
+		struct stat t;
+
+		if (!stat(abs, &t) && S_ISBLK(t.st_mode))
+			st = t;
+	}
 	if (S_ISREG(st.st_mode)) {
 		add_file(j, abs, rel);
 		j->bytes_total += st.st_size;
+		return;
+	}
+	if (S_ISBLK(st.st_mode) && top) {
+		/* a disk image, sent as a regular file; only as SRC itself,
+		 * never the devices inside a folder */
+		int fd = open(abs, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0)
+			die_msg(EX_SOURCE, "%s: %s", abs, strerror(errno));
+		add_file(j, abs, rel);
+		j->bytes_total += image_size(fd, abs);
+		close(fd);
 		return;
 	}
 	if (!S_ISDIR(st.st_mode)) {
@@ -181,7 +215,7 @@ static void connect_stream(struct sjob *j, int i, uint64_t nonce,
 	struct conn_req rq = {
 		.magic = REPL_MAGIC, .version = REPL_VERSION, .stream = i,
 		.nstreams = o->streams, .mode = o->mode, .chunk = o->chunk,
-		.window = j->window, .nonce = nonce,
+		.window = j->window, .nonce = nonce, .dest = j->dest_key,
 	};
 	struct conn_rep rp;
 	unsigned char rqw[REPL_REQ_LEN];
@@ -407,7 +441,8 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 		j->state = FS_DONE;
 		break;
 	case M_ERROR:
-		die_msg(EX_REMOTE, "receiver: %s", m.u.text);
+		die_msg(m.status == ERR_TAKEN_OVER ? EX_LOST : EX_REMOTE,
+			"receiver: %s", m.u.text);
 	case M_PONG: {
 		uint64_t rtt = now_us() - m.stamp;
 
@@ -675,6 +710,16 @@ static void send_file(struct sjob *j, const struct sfile *f)
 			errno == ENOENT ? " (source vanished)" : "");
 	j->file_id++;
 	j->size = st.st_size;
+	if (S_ISBLK(st.st_mode)) {
+		/* a disk image: its size from the device; no mtime (the
+		 * node's says nothing of the contents), so the receiver
+		 * never skips it and the whole-file check alone tells
+		 * versions apart; private to its owner on arrival */
+		j->size = image_size(j->fd, f->abs);
+		m.status = OPEN_IMAGE;
+		st.st_mtim.tv_sec = st.st_mtim.tv_nsec = 0;
+		st.st_mode = 0600;
+	}
 	j->nchunks = (j->size + j->chunk - 1) / j->chunk;
 	j->need = xcalloc(j->nchunks, 1);
 	j->retry = xcalloc(j->window + 1, sizeof(*j->retry));
@@ -741,6 +786,18 @@ int run_sender(const struct opts *o)
 		src[strlen(src) - 1] = 0;
 	base = strrchr(src, '/');
 	walk(&j, src, base ? base + 1 : src);
+	{
+		/* the job's destination, as its first OPEN will name it: a
+		 * rerun for the same one may take over the receiver from a
+		 * run that died without a word */
+		char dest[REPL_PATH_MAX * 2];
+
+		snprintf(dest, sizeof(dest), "%s%s%s", o->rdir ? o->rdir : "",
+			 o->rdir ? "/" : "", base ? base + 1 : src);
+		j.dest_key = XXH3_64bits(dest, strlen(dest));
+		if (!j.dest_key)
+			j.dest_key = 1;
+	}
 	j.window = o->window ? o->window : 64;
 	if (j.window < (uint32_t)o->streams)
 		j.window = o->streams;

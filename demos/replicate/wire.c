@@ -113,6 +113,7 @@ void req_encode(const struct conn_req *r, unsigned char *w)
 	put32(w + 16, r->window);
 	/* 20..23: zero */
 	put64(w + 24, r->nonce);
+	put64(w + 32, r->dest);
 }
 
 /* The magic and the version first, so that a peer of another protocol
@@ -144,7 +145,7 @@ enum wire_check req_decode(const void *wv, unsigned len, struct conn_req *r)
 	c = check_head(w, len, &r->version);
 	if (c != WIRE_OK)
 		return c;
-	if (len < REPL_REQ_LEN)
+	if (len < REPL_REQ_LEN_MIN)
 		return WIRE_SHORT;
 	r->magic = get32(w + 0);
 	r->stream = get16(w + 6);
@@ -153,6 +154,8 @@ enum wire_check req_decode(const void *wv, unsigned len, struct conn_req *r)
 	r->chunk = get32(w + 12);
 	r->window = get32(w + 16);
 	r->nonce = get64(w + 24);
+	/* a sender without the key: its job is never taken over */
+	r->dest = len >= REPL_REQ_LEN ? get64(w + 32) : 0;
 	return WIRE_OK;
 }
 

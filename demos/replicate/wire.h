@@ -31,7 +31,9 @@
 #define REPL_RUNS	24	/* chunk runs per NEED message */
 
 #define REPL_MSG_LEN	488	/* a message on the wire */
-#define REPL_REQ_LEN	32	/* connect request private data */
+#define REPL_REQ_LEN	40	/* connect request private data */
+#define REPL_REQ_LEN_MIN 32	/* ... as the first protocol 2 senders sent it,
+				 * without the destination key */
 #define REPL_REP_LEN	40	/* accept / reject private data */
 
 enum msg_type {
@@ -51,6 +53,13 @@ enum msg_type {
 	M_PONG,
 	M_BYE,		/* S->R: job done */
 };
+
+/* OPEN's status: the source is a disk image (a block device), which has
+ * no mtime to tell its versions apart. */
+#define OPEN_IMAGE	1u
+/* ERROR's status (otherwise an errno): a newer run of the same job, for
+ * the same destination, has taken the receiver over. */
+#define ERR_TAKEN_OVER	0x10000u
 
 struct run {
 	uint64_t first, count;
@@ -91,6 +100,7 @@ struct conn_req {
 	uint32_t chunk;
 	uint32_t window;
 	uint64_t nonce;
+	uint64_t dest;		/* XXH3-64 of the destination path; 0: none */
 };
 
 /* Accept (or reject) private data (receiver to sender). */

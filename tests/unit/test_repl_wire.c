@@ -90,11 +90,12 @@ Test(repl_wire, request_known_bytes)
 	struct conn_req r = {
 		.magic = REPL_MAGIC, .version = REPL_VERSION, .stream = 3,
 		.nstreams = 4, .mode = 2, .chunk = 0x100000, .window = 64,
-		.nonce = 0x0102030405060708ull,
+		.nonce = 0x0102030405060708ull, .dest = 0x1112131415161718ull,
 	}, back;
 	static const uint8_t want[REPL_REQ_LEN] = {
 		'W', 'R', 'P', 'L', 0, 2, 0, 3, 0, 4, 0, 2, 0, 0x10, 0, 0,
 		0, 0, 0, 64, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8,
+		0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18,
 	};
 	uint8_t w[REPL_REQ_LEN];
 
@@ -109,7 +110,12 @@ Test(repl_wire, request_known_bytes)
 	cr_assert_eq(back.chunk, 0x100000);
 	cr_assert_eq(back.window, 64);
 	cr_assert_eq(back.nonce, 0x0102030405060708ull);
-	cr_assert_eq(req_decode(w, sizeof(w) - 1, &back), WIRE_SHORT);
+	cr_assert_eq(back.dest, 0x1112131415161718ull);
+	/* a sender from before the destination key: 32 octets, no key */
+	cr_assert_eq(req_decode(w, REPL_REQ_LEN_MIN, &back), WIRE_OK);
+	cr_assert_eq(back.nonce, 0x0102030405060708ull);
+	cr_assert_eq(back.dest, 0);
+	cr_assert_eq(req_decode(w, REPL_REQ_LEN_MIN - 1, &back), WIRE_SHORT);
 }
 
 Test(repl_wire, reply_known_bytes)
