@@ -25,7 +25,8 @@ kills=${REPL_KILLS:-5}
 
 cases=(
 	file_write file_read file_send tree_streams rerun_skips progress_tty
-	kill_sender kill_receiver corrupt_part corrupt_in_flight
+	kill_sender kill_receiver rerun_killed rerun_cut rerun_stopped
+	image_loop corrupt_part corrupt_in_flight
 	err_refused err_unreachable err_no_source err_vanished err_enospc
 	err_eacces err_version tls_psk tls_cert
 )
@@ -33,10 +34,15 @@ cases=(
 [ -x "$repl" ] || { echo "wisp-repl not built ($repl)"; exit 77; }
 
 pids=()
+loops=()
 cleanup() {
 	local p
 	for p in "${pids[@]}"; do
+		kill -CONT "$p" 2>/dev/null	# a stopped one dies too
 		kill -9 "$p" 2>/dev/null
+	done
+	for p in "${loops[@]}"; do
+		losetup -d "$p" 2>/dev/null
 	done
 	rm -rf "$work"
 }
@@ -97,9 +103,11 @@ stop_serve() {
 	wait "$spid" 2>/dev/null
 }
 
-# send ARGS: the sender, bounded; its exit status in $rc, stdout in $out.
+# send ARGS: the sender, bounded; its exit status in $rc, stdout in $out
+# (in the network namespace of the command prefix in_ns, if any).
+in_ns=()
 send() {
-	out=$(timeout 120 "$run" "$repl" send "$@" --port "$port" --json \
+	out=$(timeout 120 "${in_ns[@]}" "$run" "$repl" send "$@" --port "$port" --json \
 		2>>"$logs/$cur.client")
 	rc=$?
 	echo "$out" >>"$logs/$cur.client"
@@ -295,6 +303,304 @@ kill_receiver() {
 			{ echo "rerun $i: sent $(json chunks_sent), journal had $j of $nchunks" >&2; return 1; }
 	done
 	cat "$logs/$cur.rounds"
+}
+
+sleep_ms() {
+	sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"
+}
+
+# alive PID: the process runs (or is stopped), and is not a zombie
+alive() {
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${st#Z}" = "$st" ]
+}
+
+# wait_exit PID SECONDS: until PID (a child) ends, at most SECONDS (then
+# it is killed); its status in $wrc, 124 if it had to be killed.
+wait_exit() {
+	local _
+	for _ in $(seq $((10 * $2))); do
+		alive "$1" || break
+		sleep 0.1
+	done
+	if alive "$1"; then
+		kill -CONT "$1" 2>/dev/null
+		kill -9 "$1" 2>/dev/null
+		wait "$1" 2>/dev/null
+		wrc=124
+		return
+	fi
+	wait "$1"
+	wrc=$?
+}
+
+# have_chunks REL: what the receiver's last OPEN of REL found in its
+# journal (its -v line "REL: H of N chunks already here")
+have_chunks() {
+	grep -F "wisp-repl: $1: " "$logs/$cur.server" |
+		sed -n 's/.* \([0-9][0-9]*\) of [0-9][0-9]* chunks already here$/\1/p' |
+		tail -n1
+}
+
+# check_rerun SRC COPY HAVE N [KILLED_LOG]: after a rerun ($out), the copy
+# matches, the journal named nothing the data lacked, the rerun sent no
+# more than the HAVE of N chunks the journal held at its OPEN lacked, and
+# (with the killed sender's -v log) every chunk that sender had credited
+# was journalled and at most a window of what it sent was not.
+check_rerun() {
+	cmp "$1" "$2" || return 1
+	[ "$(json chunks_repaired)" = 0 ] ||
+		{ echo "the journal named chunks the data lacked" >&2; return 1; }
+	[ -n "$3" ] && [ "$(json chunks_sent)" -le $(($4 - $3)) ] ||
+		{ echo "sent $(json chunks_sent), the journal had ${3:-?} of $4" >&2; return 1; }
+	[ -z "${5:-}" ] || check_window "$5" "$3"
+}
+
+# kill -9 of the sender mid-transfer and the same command at once, with
+# no wait for the receiver to notice: the rerun finishes, matches, and
+# sends no more than the journal lacked. On loopback the dead sender's
+# FIN often reaches the receiver before the rerun does (the rounds log
+# says how often the rerun took the receiver over instead); rerun_cut
+# makes the death silent, so that the takeover must happen.
+rerun_killed() {
+	local d=$work/$cur i pid ms have took
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $big
+	serve "$d/dst" || return 1
+	for i in $(seq "$kills"); do
+		rm -f "$d/dst/src"
+		touch "$d/src"	# a new version: the receiver starts over
+		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
+			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
+		pid=$!
+		pids+=("$pid")
+		wait_count "chunks already here" $((2 * i - 1)) || { stop_serve; return 1; }
+		ms=$(rand_ms 100 1500)
+		sleep_ms "$ms"
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		send "$d/src" 127.0.0.1: --chunk 256k
+		have=$(have_chunks src)
+		took=$(grep -c "takes over" "$logs/$cur.server")
+		echo "round $i: killed ${ms} ms into the file, rerun at once: the journal had $have, takeovers so far $took, rerun: $out" \
+			>>"$logs/$cur.rounds"
+		[ "$rc" -eq 0 ] || { echo "rerun $i: exit $rc" >&2; stop_serve; return 1; }
+		check_rerun "$d/src" "$d/dst/src" "$have" "$nchunks" \
+			"$logs/$cur.killed$i" || { stop_serve; return 1; }
+	done
+	stop_serve
+	cat "$logs/$cur.rounds"
+}
+
+# The sender's connection goes silent (its packets dropped from then on,
+# as on a cut link) and the sender is killed -9: the receiver hears
+# nothing and, with --timeout 300, would hold the job for 5 minutes. The
+# same command at once must take the receiver over (its log says so each
+# round; a "busy" refusal fails), finish, match, and send no more than the
+# journal lacked. Everything runs in a private network namespace (root;
+# the rules are iptables-legacy's, on its loopback only).
+rerun_cut() {
+	local d=$work/$cur i pid ms have h e eports ok=0
+	if ! unshare -n true 2>/dev/null || ! command -v nsenter >/dev/null ||
+	   ! command -v iptables-legacy >/dev/null; then
+		echo "SKIP: needs root, network namespaces, nsenter and iptables-legacy"
+		return 0
+	fi
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $big
+	unshare -n sh -c 'ip link set lo up && exec sleep 900' &
+	h=$!
+	pids+=("$h")
+	for _ in $(seq 50); do
+		nsenter -t "$h" -n ip -o link show lo 2>/dev/null | grep -q "UP" && break
+		sleep 0.1
+	done
+	if ! nsenter -t "$h" -n iptables-legacy -A INPUT -p tcp --dport 9 -j DROP 2>/dev/null; then
+		kill "$h"
+		echo "SKIP: iptables-legacy does not work in a network namespace here"
+		return 0
+	fi
+	pick_port || return 1
+	nsenter -t "$h" -n "$run" "$repl" serve "$d/dst" --port "$port" -v --timeout 300 \
+		>>"$logs/$cur.server" 2>&1 &
+	spid=$!
+	pids+=("$spid")
+	for _ in $(seq 300); do
+		[ -n "$(nsenter -t "$h" -n ss -Hltn "sport = :$port")" ] && break
+		sleep 0.1
+	done
+	in_ns=(nsenter -t "$h" -n)
+	for i in $(seq "$kills"); do
+		rm -f "$d/dst/src"
+		touch "$d/src"
+		nsenter -t "$h" -n "$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
+			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
+		pid=$!
+		pids+=("$pid")
+		wait_count "chunks already here" $((2 * i - 1)) || break
+		ms=$(rand_ms 100 1200)
+		sleep_ms "$ms"
+		# the sender's ends of its connections (one per stream)
+		eports=$(nsenter -t "$h" -n ss -Htn state established "( dport = :$port )" |
+			awk '{n = split($3, a, ":"); print a[n]}')
+		[ -n "$eports" ] || { echo "round $i: no connection to cut" >&2; break; }
+		for e in $eports; do
+			nsenter -t "$h" -n iptables-legacy -A INPUT -p tcp --sport "$e" -j DROP &&
+			nsenter -t "$h" -n iptables-legacy -A INPUT -p tcp --dport "$e" -j DROP ||
+				break 2
+		done
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		send "$d/src" 127.0.0.1: --chunk 256k
+		have=$(have_chunks src)
+		echo "round $i: cut and killed ${ms} ms into the file, rerun at once: the journal had $have, rerun: $out" \
+			>>"$logs/$cur.rounds"
+		[ "$rc" -eq 0 ] || { echo "rerun $i: exit $rc" >&2; break; }
+		[ "$(grep -c "takes over" "$logs/$cur.server")" -eq "$i" ] ||
+			{ echo "round $i: the rerun did not take the receiver over" >&2; break; }
+		check_rerun "$d/src" "$d/dst/src" "$have" "$nchunks" \
+			"$logs/$cur.killed$i" || break
+		[ "$i" -lt "$kills" ] || ok=1
+	done
+	in_ns=()
+	# let the dead connections' FINs through, so the namespace goes
+	nsenter -t "$h" -n iptables-legacy -F INPUT 2>/dev/null
+	stop_serve
+	kill "$h" 2>/dev/null
+	wait "$h" 2>/dev/null
+	[ "$ok" = 1 ] || return 1
+	cat "$logs/$cur.rounds"
+}
+
+# A sender stopped (SIGSTOP) mid-transfer keeps its connection: a sender
+# for another destination is still refused (busy, exit 3), but the same
+# command takes the receiver over and finishes; the stopped sender, when
+# continued while the new one runs, fails clearly (exit 6, "took over")
+# and changes nothing: the copy matches, no other job started.
+rerun_stopped() {
+	local d=$work/$cur apid cpid have
+	mkdir -p "$d/dst"
+	mkfile "$d/src" $big
+	serve "$d/dst" || return 1
+	"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v --json \
+		--chunk 256k --limit 32M >"$logs/$cur.old.out" 2>"$logs/$cur.old" &
+	apid=$!
+	pids+=("$apid")
+	for _ in $(seq 100); do
+		[ "$(journal_chunks "$d/dst")" -ge 8 ] && break
+		sleep 0.1
+	done
+	kill -STOP "$apid"
+	# another destination: refused as before, nothing written there
+	send "$d/src" 127.0.0.1:other --chunk 256k
+	expect_fail 3 "busy with" || { stop_serve; return 1; }
+	[ ! -e "$d/dst/other" ] || { echo "the refused job wrote" >&2; stop_serve; return 1; }
+	# the same command: takes over
+	(timeout 120 "$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" \
+		--json --chunk 256k --limit 32M >"$logs/$cur.new.out" \
+		2>>"$logs/$cur.client") &
+	cpid=$!
+	pids+=("$cpid")
+	wait_log "takes over" || { stop_serve; return 1; }
+	# the old one wakes up while the new one moves chunks
+	kill -CONT "$apid"
+	wait_exit "$apid" 30
+	[ "$wrc" -eq 6 ] ||
+		{ echo "the old sender: exit $wrc, not 6" >&2; stop_serve; return 1; }
+	grep -q "took over" "$logs/$cur.old" ||
+		{ echo "the old sender did not say why" >&2; tail -n 2 "$logs/$cur.old" >&2; stop_serve; return 1; }
+	wait "$cpid"
+	rc=$?
+	out=$(cat "$logs/$cur.new.out")
+	stop_serve
+	[ "$rc" -eq 0 ] || { echo "the new sender: exit $rc" >&2; return 1; }
+	have=$(have_chunks src)
+	check_rerun "$d/src" "$d/dst/src" "$have" "$nchunks" || return 1
+	[ "$(grep -c "job started" "$logs/$cur.server")" -eq 2 ] ||
+		{ echo "a job other than the old and the new one started" >&2; return 1; }
+	[ -z "$(ls -A "$d/dst/.wisp-repl")" ] ||
+		{ echo "leftovers in .wisp-repl" >&2; return 1; }
+	echo "old sender: $(tail -n 1 "$logs/$cur.old"); journal at takeover: $have of $nchunks; new: $out"
+}
+
+# A disk image: a block device as SRC (a loop device on a file of ours)
+# arrives as a regular file, byte for byte, mode 600. A rerun sends it
+# again, since an image has no mtime to tell its versions apart, and so
+# picks up a change. After kill -9 the rerun resumes from the journal. A
+# change between a kill and the rerun is caught by the whole-file check
+# (exit 7, nothing published), and the next run starts over and matches.
+image_loop() {
+	local d=$work/$cur lo="" name pid have size=$((24 * 1024 * 1024 + 8192)) n
+	if [ "$(id -u)" != 0 ] || ! command -v losetup >/dev/null ||
+	   [ ! -e /dev/loop-control ]; then
+		echo "SKIP: a loop device needs root, losetup and /dev/loop-control"
+		return 0
+	fi
+	n=$(((size + 262143) / 262144))
+	mkdir -p "$d/dst"
+	mkfile "$d/img" "$size"
+	# another user of the machine may take the free device first
+	for _ in 1 2 3; do
+		lo=$(losetup -f --show "$d/img" 2>>"$logs/$cur.client") && break
+		lo=""
+		sleep 0.2
+	done
+	if [ -z "$lo" ] || [ ! -b "$lo" ]; then
+		echo "SKIP: no loop device could be set up here ($(tail -n 1 "$logs/$cur.client"))"
+		return 0
+	fi
+	loops+=("$lo")
+	name=images/$(basename "$lo")
+	serve "$d/dst" || return 1
+	send "$lo" 127.0.0.1:images --chunk 256k
+	[ "$rc" -eq 0 ] && cmp "$lo" "$d/dst/$name" && [ -f "$d/dst/$name" ] ||
+		{ echo "the image did not arrive: exit $rc" >&2; stop_serve; return 1; }
+	[ "$(json bytes)" = "$size" ] && [ "$(stat -c %a "$d/dst/$name")" = 600 ] ||
+		{ echo "size or mode: $out, $(stat -c %a "$d/dst/$name")" >&2; stop_serve; return 1; }
+	# changed through the device: the rerun is not skipped, matches
+	dd if=/dev/urandom of="$lo" bs=4096 seek=1000 count=2 conv=notrunc,fsync status=none
+	send "$lo" 127.0.0.1:images --chunk 256k
+	[ "$rc" -eq 0 ] && [ "$(json files_skipped)" = 0 ] && cmp "$lo" "$d/dst/$name" ||
+		{ echo "rerun after a change: $out" >&2; stop_serve; return 1; }
+	# kill -9 mid-transfer: the rerun resumes from the journal
+	rm -f "$d/dst/$name"
+	"$run" "$repl" send "$lo" 127.0.0.1:images --port "$port" -v --chunk 256k \
+		--limit 16M >/dev/null 2>"$logs/$cur.killed1" &
+	pid=$!
+	pids+=("$pid")
+	wait_count "chunks already here" 3 || { stop_serve; return 1; }
+	sleep_ms "$(rand_ms 300 1000)"
+	kill -9 "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	wait_idle || { stop_serve; return 1; }
+	send "$lo" 127.0.0.1:images --chunk 256k
+	have=$(have_chunks "$name")
+	echo "resumed: the journal had $have of $n, rerun: $out"
+	[ "$rc" -eq 0 ] || { echo "resume: exit $rc" >&2; stop_serve; return 1; }
+	check_rerun "$lo" "$d/dst/$name" "$have" "$n" "$logs/$cur.killed1" ||
+		{ stop_serve; return 1; }
+	# kill -9 once chunk 0 is journalled, then change chunk 0: exit 7
+	rm -f "$d/dst/$name"
+	"$run" "$repl" send "$lo" 127.0.0.1:images --port "$port" --chunk 256k \
+		--limit 8M >/dev/null 2>>"$logs/$cur.client" &
+	pid=$!
+	pids+=("$pid")
+	for _ in $(seq 100); do
+		[ "$(journal_chunks "$d/dst")" -ge 4 ] && break
+		sleep 0.1
+	done
+	kill -9 "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	wait_idle || { stop_serve; return 1; }
+	dd if=/dev/urandom of="$lo" bs=4096 seek=1 count=1 conv=notrunc,fsync status=none
+	send "$lo" 127.0.0.1:images --chunk 256k
+	expect_fail 7 "changed during the transfer" || { stop_serve; return 1; }
+	[ ! -e "$d/dst/$name" ] || { echo "published after exit 7" >&2; stop_serve; return 1; }
+	send "$lo" 127.0.0.1:images --chunk 256k
+	stop_serve
+	[ "$rc" -eq 0 ] && [ "$(json chunks_sent)" = "$n" ] && cmp "$lo" "$d/dst/$name" ||
+		{ echo "after exit 7: $out" >&2; return 1; }
+	losetup -d "$lo" && loops=()
 }
 
 # A journalled chunk damaged in the .part file is found by the final

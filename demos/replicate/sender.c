@@ -176,7 +176,7 @@ static void rejected(const char *host, int port, struct rdma_cm_event *ev,
 		die_msg(EX_CONNECT, "%s:%d: connection refused", host, port);
 	switch (rp.reason) {
 	case REJ_BUSY:
-		die_msg(EX_CONNECT, "%s:%d: the receiver is busy with another job (a connection that died without a word holds it until the receiver's --timeout); try again",
+		die_msg(EX_CONNECT, "%s:%d: the receiver is busy with another job, for another destination (a rerun for the same destination takes over from a run that died); try again when it is done",
 			host, port);
 	case REJ_VERSION:
 		die_msg(EX_CONNECT, "%s:%d: the receiver speaks wisp-repl protocol %u and turned away protocol %u: install the same wisp-repl on both hosts",
