@@ -30,7 +30,8 @@ static void usage(FILE *f)
 	      "  --timeout S      connect and silence timeout in seconds (default 30)\n"
 	      "  -v               say more on stderr\n"
 	      "\n"
-	      "SRC is a file or a folder (copied as DIR/basename(SRC)). HOST may be\n"
+	      "SRC is a file, a folder or a block device (a disk image, copied to a\n"
+	      "regular file), copied as DIR/basename(SRC). HOST may be\n"
 	      "[v6addr]. Exit: 0 done, 2 usage, 3 cannot connect, 4 source error,\n"
 	      "5 storage error, 6 connection lost, 7 integrity (source changed).\n", f);
 }
