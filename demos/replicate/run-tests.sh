@@ -397,7 +397,8 @@ rerun_killed() {
 # nothing and, with --timeout 300, would hold the job for 5 minutes. The
 # same command at once must take the receiver over (its log says so each
 # round; a "busy" refusal fails), finish, match, and send no more than the
-# journal lacked. Everything runs in a private network namespace (root;
+# journal lacked. The dead run had 2 streams (both cut), the rerun has 1.
+# Everything runs in a private network namespace (root;
 # the rules are iptables-legacy's, on its loopback only).
 rerun_cut() {
 	local d=$work/$cur i pid ms have h e eports ok=0
@@ -434,7 +435,7 @@ rerun_cut() {
 		rm -f "$d/dst/src"
 		touch "$d/src"
 		nsenter -t "$h" -n "$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
+			--chunk 256k --limit 32M --streams 2 >/dev/null 2>"$logs/$cur.killed$i" &
 		pid=$!
 		pids+=("$pid")
 		wait_count "chunks already here" $((2 * i - 1)) || break
