@@ -83,7 +83,7 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 head -c "$bytes" /dev/urandom >"$work/src"
-[ -s "$csv" ] || echo "date_utc,rtt_ms,loss_pct,rate,cc,rep,what,mode,streams,bytes,seconds,goodput_MBps,wall_s,window,chunk,rtt_min_us,load1" >"$csv"
+[ -s "$csv" ] || echo "date_utc,rtt_ms,loss_pct,rate,cc,rep,what,mode,streams,bytes,seconds,goodput_MBps,wall_s,window,chunk,rtt_min_us,data_s,load1" >"$csv"
 
 in_srv=(ip netns exec "$srv")
 in_cli=(ip netns exec "$cli")
@@ -98,13 +98,13 @@ wait_listen() {
 	return 1
 }
 
-# row RTT REP WHAT MODE STREAMS SECONDS WALL WINDOW CHUNK RTT_US [BYTES]
+# row RTT REP WHAT MODE STREAMS SECONDS WALL WINDOW CHUNK RTT_US DATA_S [BYTES]
 row() {
-	local g b=${11:-$bytes}
+	local g b=${12:-$bytes}
 	g=$(awk -v b="$b" -v s="$6" 'BEGIN { printf "%.1f", (s > 0 ? b / s / 1e6 : 0) }')
-	echo "$(date -u +%FT%TZ),$1,$loss,$rate,$cc_now,$2,$3,$4,$5,$b,$6,$g,$7,$8,$9,${10},$(cut -d' ' -f1 /proc/loadavg)" >>"$csv"
-	printf '%6s ms  rep %s  %-10s %-6s x%-2s %8.1f MB/s  %7.2f s (wall %s s)\n' \
-		"$1" "$2" "$3" "$4" "$5" "$g" "$6" "$7"
+	echo "$(date -u +%FT%TZ),$1,$loss,$rate,$cc_now,$2,$3,$4,$5,$b,$6,$g,$7,$8,$9,${10},${11},$(cut -d' ' -f1 /proc/loadavg)" >>"$csv"
+	printf '%6s ms  rep %s  %-10s %-6s x%-2s %8.1f MB/s  %7.2f s (wall %s s, data %s s)\n' \
+		"$1" "$2" "$3" "$4" "$5" "$g" "$6" "$7" "${11}"
 }
 
 one_iperf() {
@@ -126,7 +126,7 @@ r = j["server_output_json"]["end"]["sum_received"]
 print("%.3f %d" % (r["seconds"], r["bytes"]))' "$j") ||
 		{ echo "iperf3: no result" >&2; return 1; }
 	read -r sec got <<<"$s"
-	row "$rtt" "$rep" iperf3 tcp 1 "$sec" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" 0 0 0 "$got"
+	row "$rtt" "$rep" iperf3 tcp 1 "$sec" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" 0 0 0 "$sec" "$got"
 }
 
 one_repl() {
@@ -148,11 +148,12 @@ one_repl() {
 	s=$(python3 -c '
 import json, sys
 j = json.loads(sys.argv[1])
-print("%.3f %d %d %d" % (j["seconds"], j["window"], j["chunk"], j["rtt_min_us"]))' "$out") ||
+print("%.3f %d %d %d %.3f" % (j["seconds"], j["window"], j["chunk"],
+                            j["rtt_min_us"], j.get("data_seconds", 0)))' "$out") ||
 		{ echo "wisp-repl: no result: $out" >&2; return 1; }
-	read -r sec win chunk rttus <<<"$s"
+	read -r sec win chunk rttus data <<<"$s"
 	row "$rtt" "$rep" wisp-repl "$mode" "$st" "$sec" \
-		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$win" "$chunk" "$rttus"
+		"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$win" "$chunk" "$rttus" "$data"
 }
 
 # one group: the WAN at RTT up, iperf3 then each mode, the WAN down

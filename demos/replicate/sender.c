@@ -59,6 +59,7 @@ struct sjob {
 	uint64_t chunks_repaired, files_skipped, files_sent, chunks_credited;
 	uint64_t rtt_us, rtt_min_us, ping_out;
 	double t_start, t_last_event, t_ping, t_progress;
+	double t_data, data_s;	/* this file's first chunk; all files' */
 	int tty;
 };
 
@@ -343,6 +344,8 @@ static void on_verify(struct sjob *j, const struct msg *m)
 	j->state = FS_WAIT_COMMIT;
 }
 
+static void window_from_rtt(struct sjob *j);
+
 static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 {
 	struct msg m = s->rx[i];
@@ -363,6 +366,7 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 			j->state = FS_DONE;
 		} else {
 			j->state = FS_SENDING;
+			j->t_data = now_s();
 		}
 		break;
 	case M_VERIFY:
@@ -381,6 +385,7 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 		j->rtt_us = j->rtt_us ? (7 * j->rtt_us + rtt) / 8 : rtt;
 		if (!j->rtt_min_us || rtt < j->rtt_min_us)
 			j->rtt_min_us = rtt;
+		window_from_rtt(j);
 		break;
 	}
 	default:
@@ -609,22 +614,20 @@ static void wait_events(struct sjob *j, int timeout_ms)
 	progress(j, 0);
 }
 
-/* Three pings on the idle connection: the RTT the window is sized by. */
+/*
+ * The RTT the window is sized by (with --limit): a PING sent ahead of the
+ * first OPEN, not waited for. The receiver answers messages in order, so
+ * its PONG arrives before the NEED_END that lets data move, and the job
+ * does not spend round trips on the probe (PINGs continue once a second:
+ * the minimum is kept).
+ */
 static void probe_rtt(struct sjob *j)
 {
-	int k;
+	struct msg p = { .type = M_PING, .stamp = now_us() };
 
-	for (k = 0; k < 3; k++) {
-		struct msg p = { .type = M_PING, .stamp = now_us() };
-
-		j->ping_out = 1;
-		j->t_ping = now_s();
-		send_ctl(j, &p);
-		while (j->ping_out)
-			wait_events(j, 100);
-	}
-	j->rtt_us = j->rtt_min_us;
-	window_from_rtt(j);
+	j->ping_out = 1;
+	j->t_ping = now_s();
+	send_ctl(j, &p);
 }
 
 static void send_file(struct sjob *j, const struct sfile *f)
@@ -667,11 +670,11 @@ static void send_file(struct sjob *j, const struct sfile *f)
 					strerror(errno));
 			send_ctl(j, &d);
 			j->state = FS_WAIT_VERIFY;
+			j->data_s += now_s() - j->t_data;
 			/* while the receiver reads its copy back */
 			source_hash(j, &j->src_hash);
 		}
 		wait_events(j, t >= 0 && t < 100 ? t : 100);
-		window_from_rtt(j);
 	}
 	close(j->fd);
 	free(j->need);
@@ -726,7 +729,8 @@ int run_sender(const struct opts *o)
 		       "\"files_sent\":%llu,\"files_skipped\":%llu,"
 		       "\"bytes\":%llu,\"bytes_sent\":%llu,\"chunks_sent\":%llu,"
 		       "\"chunks_bad\":%llu,\"chunks_repaired\":%llu,"
-		       "\"seconds\":%.3f,\"goodput_MBps\":%.1f,\"rtt_us\":%llu,"
+		       "\"seconds\":%.3f,\"goodput_MBps\":%.1f,"
+		       "\"data_seconds\":%.3f,\"rtt_us\":%llu,"
 		       "\"rtt_min_us\":%llu,\"inflight_max\":%u}\n",
 		       mode_name(o->mode), o->streams, j.chunk, j.window, j.nfiles,
 		       (unsigned long long)j.files_sent,
@@ -736,7 +740,7 @@ int run_sender(const struct opts *o)
 		       (unsigned long long)j.chunks_sent,
 		       (unsigned long long)j.chunks_bad,
 		       (unsigned long long)j.chunks_repaired, el,
-		       el > 0 ? j.bytes_sent / el / 1e6 : 0.0,
+		       el > 0 ? j.bytes_sent / el / 1e6 : 0.0, j.data_s,
 		       (unsigned long long)j.rtt_us,
 		       (unsigned long long)j.rtt_min_us, j.inflight_max);
 	for (i = 0; i < j.nfiles; i++) {
