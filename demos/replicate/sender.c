@@ -52,6 +52,11 @@ struct sjob {
 	uint64_t *slot_chunk;
 	enum fstate state;
 	XXH128_hash_t src_hash;	/* of the source, taken after DONE */
+	/* the source's hash as its chunks are first read, in order: chunks
+	 * [0, hnext) are in hstate; st_open is the source as opened */
+	XXH3_state_t *hstate;
+	uint64_t hnext;
+	struct stat st_open;
 	int64_t corrupt_chunk;	/* test hook: damage its first sending */
 	/* pacing, stats */
 	double tokens, t_tokens;
@@ -304,24 +309,42 @@ static void on_credit(struct sjob *j, struct stream *s, const struct msg *m)
 			(unsigned long long)j->chunks_credited);
 }
 
+/*
+ * The whole source's XXH3-128, after DONE. The chunks read for sending in
+ * order from the first are in hstate already; the rest are read now. If
+ * the source is no longer the file as opened (size, mtime, ctime, inode:
+ * any write() or rename over it changes one), all of it is read again, so
+ * that a change during the transfer shows as a hash the receiver does not
+ * have.
+ */
 static void source_hash(struct sjob *j, XXH128_hash_t *h)
 {
-	XXH3_state_t *xs = XXH3_createState();
 	char *buf = j->n.data;	/* nothing in flight now */
-	uint64_t off = 0;
+	struct stat st;
+	uint64_t off;
 
-	XXH3_128bits_reset(xs);
+	if (stat(j->abs, &st) || st.st_size != j->st_open.st_size ||
+	    st.st_ino != j->st_open.st_ino || st.st_dev != j->st_open.st_dev ||
+	    st.st_mtim.tv_sec != j->st_open.st_mtim.tv_sec ||
+	    st.st_mtim.tv_nsec != j->st_open.st_mtim.tv_nsec ||
+	    st.st_ctim.tv_sec != j->st_open.st_ctim.tv_sec ||
+	    st.st_ctim.tv_nsec != j->st_open.st_ctim.tv_nsec) {
+		XXH3_128bits_reset(j->hstate);
+		j->hnext = 0;
+	}
+	off = j->hnext * j->chunk;
 	while (off < j->size) {
 		ssize_t k = pread(j->fd, buf, j->chunk, off);
 
 		if (k <= 0)
 			die_msg(EX_SOURCE, "%s: %s", j->abs,
 				k < 0 ? strerror(errno) : "shrank during the transfer");
-		XXH3_128bits_update(xs, buf, k);
+		XXH3_128bits_update(j->hstate, buf, k);
 		off += k;
 	}
-	*h = XXH3_128bits_digest(xs);
-	XXH3_freeState(xs);
+	/* all in: a later DONE (after a NEED) only digests again */
+	j->hnext = j->nchunks;
+	*h = XXH3_128bits_digest(j->hstate);
 }
 
 static void on_verify(struct sjob *j, const struct msg *m)
@@ -467,6 +490,10 @@ static void post_chunk(struct sjob *j, struct stream *s, uint64_t c)
 	m->offset = off;
 	m->len = len;
 	m->hash = XXH3_64bits(buf, len);
+	if (c == j->hnext && len == j->chunk) {
+		XXH3_128bits_update(j->hstate, buf, len);
+		j->hnext++;
+	}
 	if ((int64_t)c == j->corrupt_chunk) {
 		/* WISP_REPL_TEST_CORRUPT: as if the chunk were damaged
 		 * between our hash and the receiver's */
@@ -641,6 +668,11 @@ static void send_file(struct sjob *j, const struct sfile *f)
 	if (j->fd < 0 || fstat(j->fd, &st))
 		die_msg(EX_SOURCE, "%s: %s%s", f->abs, strerror(errno),
 			errno == ENOENT ? " (source vanished)" : "");
+	j->st_open = st;
+	if (!j->hstate && !(j->hstate = XXH3_createState()))
+		die_msg(EX_FAIL, "out of memory");
+	XXH3_128bits_reset(j->hstate);
+	j->hnext = 0;
 	j->file_id++;
 	j->size = st.st_size;
 	j->nchunks = (j->size + j->chunk - 1) / j->chunk;
@@ -749,6 +781,8 @@ int run_sender(const struct opts *o)
 	}
 	free(j.files);
 	free(j.slot_chunk);
+	if (j.hstate)
+		XXH3_freeState(j.hstate);
 	for (i = 0; i < REPL_MAX_STREAMS; i++)
 		if (j.n.st[i].id)
 			stream_destroy(&j.n.st[i]);
