@@ -8,6 +8,7 @@
 #       [--modes "write read send"] [--streams "1"] [--iperf 0|1]
 #       [--rate 1gbit] [--loss PCT] [--cc ALGO] [--csv FILE]
 #       [--srv NS --cli NS] [--timeout S] [--lock FILE] [--repl-args "..."]
+#       [--tcp-max BYTES]
 #
 # Needs root (namespaces), iperf3, python3, a release build
 # (build/release: wisp's libraries, wisp-repl, wisp-wan-delay). For each
@@ -34,7 +35,7 @@ repl=${WISP_REPL:-$build/demos/replicate/wisp-repl}
 wan="$top/tests/wan/wan.sh"
 size=1024 rtts="1 10 50 100" reps=1 modes="write read send" streams=1
 rate=1gbit loss=0 cc='' csv='' srv=wisp-gp-srv cli=wisp-gp-cli
-tmo='' iperf=1 repl_args=''
+tmo='' iperf=1 repl_args='' tcp_max=''
 lock=/work/bench.lock
 [ -e "$lock" ] || lock=''
 
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--timeout) tmo=${2:?}; shift 2 ;;
 	--lock) lock=$2; shift 2 ;;
 	--repl-args) repl_args=$2; shift 2 ;;
+	--tcp-max) tcp_max=${2:?}; shift 2 ;;
 	*) die "unknown option $1 (see the top of $0)" ;;
 	esac
 done
@@ -159,7 +161,7 @@ print("%.3f %d %d %d %.3f" % (j["seconds"], j["window"], j["chunk"],
 # one group: the WAN at RTT up, iperf3 then each mode, the WAN down
 group() {
 	local rtt=$1 rep=$2 m st
-	"$wan" up --rate "$rate" --delay "$rtt" --loss "$loss" ${cc:+--cc "$cc"} \
+	"$wan" up --rate "$rate" --delay "$rtt" --loss "$loss" ${cc:+--cc "$cc"} ${tcp_max:+--tcp-max "$tcp_max"} \
 		--srv "$srv" --cli "$cli" >/dev/null || return 1
 	cc_now=$("${in_cli[@]}" sysctl -n net.ipv4.tcp_congestion_control)
 	echo "# RTT +$rtt ms, loss $loss %, $rate, $cc_now, $size MiB, load $(cut -d' ' -f1-3 /proc/loadavg)"
