@@ -59,6 +59,11 @@ struct rfile {
 	uint8_t *have;		/* in the journal */
 	uint8_t *pend;		/* written, journal record not yet durable */
 	uint64_t *hashes;
+	/* the copy read back and checked in order, as chunks reach the
+	 * journal: chunks [0, vnext) matched their hashes and are in vstate */
+	XXH3_state_t *vstate;
+	uint64_t vnext;
+	char *vbuf;
 };
 
 struct pending {
@@ -211,11 +216,17 @@ static void file_close(struct rjob *j)
 	free(f->have);
 	free(f->pend);
 	free(f->hashes);
+	if (f->vstate)
+		XXH3_freeState(f->vstate);
+	free(f->vbuf);
 	memset(f, 0, sizeof(*f));
 }
 
+static void verify_ahead(struct rjob *j, uint64_t max);
+
 /* Make the written chunks durable, then the journal records naming
- * them, then grant their slots back. */
+ * them, then grant their slots back; then read back as many chunks
+ * again (twice as many: a resumed file's older chunks catch up). */
 static void journal_flush(struct rjob *j)
 {
 	struct rfile *f = &j->f;
@@ -265,6 +276,10 @@ static void journal_flush(struct rjob *j)
 
 		send_or_fail(j, &j->n.st[j->pend[i].stream], &m);
 	}
+	free(r);
+	j->npend = 0;
+	verify_ahead(j, 2 * (uint64_t)n);
+	return;
 out:
 	free(r);
 	j->npend = 0;
@@ -460,6 +475,12 @@ static void on_open(struct rjob *j, struct stream *s, const struct msg *m)
 	f->have = xcalloc(f->nchunks, 1);
 	f->pend = xcalloc(f->nchunks, 1);
 	f->hashes = xcalloc(f->nchunks, sizeof(*f->hashes));
+	f->vbuf = xcalloc(1, j->chunk);
+	f->vstate = XXH3_createState();
+	if (!f->vstate)
+		die_msg(EX_FAIL, "out of memory");
+	XXH3_128bits_reset(f->vstate);
+	f->vnext = 0;
 	f->active = 1;
 	rc = journal_load(j);
 	if (rc) {
@@ -530,55 +551,60 @@ static void chunk_revoke(struct rjob *j, uint64_t c)
 		job_error(j, errno ? errno : EIO, f->jpath);
 }
 
-/* The sender has nothing more in flight: read the whole .part back,
- * check each chunk against its journalled hash (a chunk damaged on our
- * disk is revoked and asked for again, alone) and hash the file. */
+/*
+ * Read the copy back from the .part, in order from vnext, while the
+ * journal has the chunks (at most max of them): each must match its
+ * journalled hash, and goes into the file's hash. A chunk that does not
+ * (damaged on our disk) is revoked, to be asked for again, alone, at
+ * DONE; the reading stops there until it is back. Done as chunks reach
+ * the journal, so that at DONE only what came last is left to read.
+ */
+static void verify_ahead(struct rjob *j, uint64_t max)
+{
+	struct rfile *f = &j->f;
+
+	for (; max && f->active && !j->failed && f->vnext < f->nchunks &&
+	       f->have[f->vnext]; max--) {
+		uint64_t c = f->vnext, len = chunk_len(j, c);
+		ssize_t k = read_full(f->part_fd, f->vbuf, len, c * j->chunk);
+
+		if (k < 0) {
+			job_error(j, (int)-k, f->rel);
+			return;
+		}
+		if ((uint64_t)k != len || XXH3_64bits(f->vbuf, len) != f->hashes[c]) {
+			warn_msg("%s: chunk %llu on disk does not match its journal; asking again",
+				 f->rel, (unsigned long long)c);
+			chunk_revoke(j, c);
+			return;
+		}
+		XXH3_128bits_update(f->vstate, f->vbuf, len);
+		f->vnext++;
+	}
+}
+
+/* The sender has nothing more in flight: finish reading the .part back
+ * (verify_ahead) and send the file's hash, or NEED for the chunks
+ * missing or revoked. */
 static void on_done(struct rjob *j, struct stream *s, const struct msg *m)
 {
 	struct rfile *f = &j->f;
-	XXH3_state_t *xs;
-	char *buf;
-	uint64_t c, missing = 0;
 	struct msg r = { .type = M_VERIFY };
 
 	journal_flush(j);
 	if (!f->active || m->file_id != f->file_id || j->failed)
 		return;
-	xs = XXH3_createState();
-	buf = malloc(j->chunk);
-	if (!xs || !buf)
-		die_msg(EX_FAIL, "out of memory");
-	XXH3_128bits_reset(xs);
-	for (c = 0; c < f->nchunks; c++) {
-		uint64_t len = chunk_len(j, c);
-		ssize_t k;
-
-		if (!f->have[c]) {
-			missing++;
-			continue;
-		}
-		k = read_full(f->part_fd, buf, len, c * j->chunk);
-		if (k < 0) {
-			job_error(j, (int)-k, f->rel);
-			goto out;
-		}
-		if ((uint64_t)k != len || XXH3_64bits(buf, len) != f->hashes[c]) {
-			warn_msg("%s: chunk %llu on disk does not match its journal; asking again",
-				 f->rel, (unsigned long long)c);
-			chunk_revoke(j, c);
-			missing++;
-			continue;
-		}
-		XXH3_128bits_update(xs, buf, len);
-	}
-	if (missing) {
+	verify_ahead(j, UINT64_MAX);
+	if (j->failed)
+		return;
+	if (f->vnext < f->nchunks) {
 		if (fdatasync(f->j_fd))
 			job_error(j, errno, f->jpath);
 		send_need(j, s);
-		goto out;
+		return;
 	}
 	{
-		XXH128_hash_t h = XXH3_128bits_digest(xs);
+		XXH128_hash_t h = XXH3_128bits_digest(f->vstate);
 
 		r.file_id = f->file_id;
 		r.hash = h.low64;
@@ -586,9 +612,6 @@ static void on_done(struct rjob *j, struct stream *s, const struct msg *m)
 		r.chunk = f->repaired;
 		send_or_fail(j, s, &r);
 	}
-out:
-	XXH3_freeState(xs);
-	free(buf);
 }
 
 /* Whole-file hashes agree: publish under the final name. */

@@ -55,6 +55,12 @@ struct sjob {
 	uint64_t *slot_chunk;
 	enum fstate state;
 	XXH128_hash_t src_hash;	/* of the source, taken after DONE */
+	/* the source's hash as its chunks are first read, in order: chunks
+	 * [0, hnext) are in hstate; st_open is the source as opened */
+	XXH3_state_t *hstate;
+	uint64_t hnext;
+	struct stat st_open;
+	bool image;		/* a block device: its stat tells no change */
 	int64_t corrupt_chunk;	/* test hook: damage its first sending */
 	/* pacing, stats */
 	double tokens, t_tokens;
@@ -62,6 +68,7 @@ struct sjob {
 	uint64_t chunks_repaired, files_skipped, files_sent, chunks_credited;
 	uint64_t rtt_us, rtt_min_us, ping_out;
 	double t_start, t_last_event, t_ping, t_progress;
+	double t_data, data_s;	/* this file's first chunk; all files' */
 	int tty;
 };
 
@@ -370,24 +377,44 @@ static void on_credit(struct sjob *j, struct stream *s, const struct msg *m)
 			(unsigned long long)j->chunks_credited);
 }
 
+/*
+ * The whole source's XXH3-128, after DONE. The chunks read for sending in
+ * order from the first are in hstate already; the rest are read now. If
+ * the source is no longer the file as opened (size, mtime, ctime, inode:
+ * any write() or rename over it changes one), all of it is read again, so
+ * that a change during the transfer shows as a hash the receiver does not
+ * have. A disk image is always read again: writes through a block device
+ * change none of its node's times.
+ */
 static void source_hash(struct sjob *j, XXH128_hash_t *h)
 {
-	XXH3_state_t *xs = XXH3_createState();
 	char *buf = j->n.data;	/* nothing in flight now */
-	uint64_t off = 0;
+	struct stat st;
+	uint64_t off;
 
-	XXH3_128bits_reset(xs);
+	if (j->image || stat(j->abs, &st) ||
+	    st.st_size != j->st_open.st_size ||
+	    st.st_ino != j->st_open.st_ino || st.st_dev != j->st_open.st_dev ||
+	    st.st_mtim.tv_sec != j->st_open.st_mtim.tv_sec ||
+	    st.st_mtim.tv_nsec != j->st_open.st_mtim.tv_nsec ||
+	    st.st_ctim.tv_sec != j->st_open.st_ctim.tv_sec ||
+	    st.st_ctim.tv_nsec != j->st_open.st_ctim.tv_nsec) {
+		XXH3_128bits_reset(j->hstate);
+		j->hnext = 0;
+	}
+	off = j->hnext * j->chunk;
 	while (off < j->size) {
 		ssize_t k = pread(j->fd, buf, j->chunk, off);
 
 		if (k <= 0)
 			die_msg(EX_SOURCE, "%s: %s", j->abs,
 				k < 0 ? strerror(errno) : "shrank during the transfer");
-		XXH3_128bits_update(xs, buf, k);
+		XXH3_128bits_update(j->hstate, buf, k);
 		off += k;
 	}
-	*h = XXH3_128bits_digest(xs);
-	XXH3_freeState(xs);
+	/* all in: a later DONE (after a NEED) only digests again */
+	j->hnext = j->nchunks;
+	*h = XXH3_128bits_digest(j->hstate);
 }
 
 static void on_verify(struct sjob *j, const struct msg *m)
@@ -410,6 +437,8 @@ static void on_verify(struct sjob *j, const struct msg *m)
 	j->state = FS_WAIT_COMMIT;
 }
 
+static void window_from_rtt(struct sjob *j);
+
 static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 {
 	struct msg m;
@@ -431,6 +460,7 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 			j->state = FS_DONE;
 		} else {
 			j->state = FS_SENDING;
+			j->t_data = now_s();
 		}
 		break;
 	case M_VERIFY:
@@ -450,6 +480,7 @@ static void on_recv(struct sjob *j, struct stream *s, uint32_t i)
 		j->rtt_us = j->rtt_us ? (7 * j->rtt_us + rtt) / 8 : rtt;
 		if (!j->rtt_min_us || rtt < j->rtt_min_us)
 			j->rtt_min_us = rtt;
+		window_from_rtt(j);
 		break;
 	}
 	default:
@@ -531,6 +562,10 @@ static void post_chunk(struct sjob *j, struct stream *s, uint64_t c)
 	m->offset = off;
 	m->len = len;
 	m->hash = XXH3_64bits(buf, len);
+	if (c == j->hnext && len == j->chunk) {
+		XXH3_128bits_update(j->hstate, buf, len);
+		j->hnext++;
+	}
 	if ((int64_t)c == j->corrupt_chunk) {
 		/* WISP_REPL_TEST_CORRUPT: as if the chunk were damaged
 		 * between our hash and the receiver's */
@@ -679,22 +714,20 @@ static void wait_events(struct sjob *j, int timeout_ms)
 	progress(j, 0);
 }
 
-/* Three pings on the idle connection: the RTT the window is sized by. */
+/*
+ * The RTT the window is sized by (with --limit): a PING sent ahead of the
+ * first OPEN, not waited for. The receiver answers messages in order, so
+ * its PONG arrives before the NEED_END that lets data move, and the job
+ * does not spend round trips on the probe (PINGs continue once a second:
+ * the minimum is kept).
+ */
 static void probe_rtt(struct sjob *j)
 {
-	int k;
+	struct msg p = { .type = M_PING, .stamp = now_us() };
 
-	for (k = 0; k < 3; k++) {
-		struct msg p = { .type = M_PING, .stamp = now_us() };
-
-		j->ping_out = 1;
-		j->t_ping = now_s();
-		send_ctl(j, &p);
-		while (j->ping_out)
-			wait_events(j, 100);
-	}
-	j->rtt_us = j->rtt_min_us;
-	window_from_rtt(j);
+	j->ping_out = 1;
+	j->t_ping = now_s();
+	send_ctl(j, &p);
 }
 
 static void send_file(struct sjob *j, const struct sfile *f)
@@ -708,9 +741,15 @@ static void send_file(struct sjob *j, const struct sfile *f)
 	if (j->fd < 0 || fstat(j->fd, &st))
 		die_msg(EX_SOURCE, "%s: %s%s", f->abs, strerror(errno),
 			errno == ENOENT ? " (source vanished)" : "");
+	j->st_open = st;
+	if (!j->hstate && !(j->hstate = XXH3_createState()))
+		die_msg(EX_FAIL, "out of memory");
+	XXH3_128bits_reset(j->hstate);
+	j->hnext = 0;
 	j->file_id++;
 	j->size = st.st_size;
-	if (S_ISBLK(st.st_mode)) {
+	j->image = S_ISBLK(st.st_mode);
+	if (j->image) {
 		/* a disk image: its size from the device; no mtime (the
 		 * node's says nothing of the contents), so the receiver
 		 * never skips it and the whole-file check alone tells
@@ -747,11 +786,11 @@ static void send_file(struct sjob *j, const struct sfile *f)
 					strerror(errno));
 			send_ctl(j, &d);
 			j->state = FS_WAIT_VERIFY;
+			j->data_s += now_s() - j->t_data;
 			/* while the receiver reads its copy back */
 			source_hash(j, &j->src_hash);
 		}
 		wait_events(j, t >= 0 && t < 100 ? t : 100);
-		window_from_rtt(j);
 	}
 	close(j->fd);
 	free(j->need);
@@ -818,7 +857,8 @@ int run_sender(const struct opts *o)
 		       "\"files_sent\":%llu,\"files_skipped\":%llu,"
 		       "\"bytes\":%llu,\"bytes_sent\":%llu,\"chunks_sent\":%llu,"
 		       "\"chunks_bad\":%llu,\"chunks_repaired\":%llu,"
-		       "\"seconds\":%.3f,\"goodput_MBps\":%.1f,\"rtt_us\":%llu,"
+		       "\"seconds\":%.3f,\"goodput_MBps\":%.1f,"
+		       "\"data_seconds\":%.3f,\"rtt_us\":%llu,"
 		       "\"rtt_min_us\":%llu,\"inflight_max\":%u}\n",
 		       mode_name(o->mode), o->streams, j.chunk, j.window, j.nfiles,
 		       (unsigned long long)j.files_sent,
@@ -828,7 +868,7 @@ int run_sender(const struct opts *o)
 		       (unsigned long long)j.chunks_sent,
 		       (unsigned long long)j.chunks_bad,
 		       (unsigned long long)j.chunks_repaired, el,
-		       el > 0 ? j.bytes_sent / el / 1e6 : 0.0,
+		       el > 0 ? j.bytes_sent / el / 1e6 : 0.0, j.data_s,
 		       (unsigned long long)j.rtt_us,
 		       (unsigned long long)j.rtt_min_us, j.inflight_max);
 	for (i = 0; i < j.nfiles; i++) {
@@ -837,6 +877,8 @@ int run_sender(const struct opts *o)
 	}
 	free(j.files);
 	free(j.slot_chunk);
+	if (j.hstate)
+		XXH3_freeState(j.hstate);
 	for (i = 0; i < REPL_MAX_STREAMS; i++)
 		if (j.n.st[i].id)
 			stream_destroy(&j.n.st[i]);
