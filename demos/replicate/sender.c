@@ -22,6 +22,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
