@@ -209,11 +209,14 @@ static bool dial_reply(struct dial *d)
 		return dial_fail(d, ret);
 	}
 	/* siw reads nothing just after its Reply (glue_mpa.h): wait before
-	 * the first FPDU, as a timer, not holding up other connections. */
+	 * the first FPDU, as a timer, not holding up other connections. A
+	 * peer that answered wisp's extension is wisp, whose engine reads
+	 * whatever arrived before it took the socket: no wait (a burst of
+	 * connects waited 10 ms each; issue 13). */
 	pthread_mutex_lock(&wcm.lock);
 	hold = d->w->opts.hold_ms;
 	pthread_mutex_unlock(&wcm.lock);
-	if (hold <= 0)
+	if (hold <= 0 || d->params.peer_max_ulpdu)
 		return dial_establish(d);
 	dial_set(d, DIAL_HOLD, 0, hold);
 	return true;
