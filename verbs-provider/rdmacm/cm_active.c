@@ -452,28 +452,48 @@ static void dial_run(struct dial **head, struct dial *d, bool late,
 		*first = d->deadline;
 }
 
+/* Connects started per turn: between turns the dialer serves the
+ * Replies that came, so that a burst of connects does not keep the
+ * first ones waiting until the last has started. */
+#define DIAL_START_BATCH 32
+
 /*
- * Start what rdma_connect queued and put it on *head. False when nothing
- * is left to do: the thread then ends, and the next rdma_connect starts
- * another (both decided under wcm.lock).
+ * Start what rdma_connect queued (*in: taken, not started yet; oldest
+ * first), at most DIAL_START_BATCH, and put it on *head. False when
+ * nothing is left to do: the thread then ends, and the next rdma_connect
+ * starts another (both decided under wcm.lock).
  */
-static bool dial_take(struct dial **head, int64_t *first)
+static bool dial_take(struct dial **head, struct dial **in, int64_t *first)
 {
-	struct dial *in, *d;
+	struct dial *new, *d;
 	uint64_t v;
 
 	if (read(dialer.wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		wcm_log(WCM_LOG_DEBUG, "dialer: %s", strerror(errno));
 	pthread_mutex_lock(&wcm.lock);
-	in = dialer.incoming;
+	new = dialer.incoming;
 	dialer.incoming = NULL;
-	if (!in && !*head)
+	if (!new && !*in && !*head)
 		dialer.running = false;
 	pthread_mutex_unlock(&wcm.lock);
-	if (!in && !*head)
+	if (!new && !*in && !*head)
 		return false;
-	while ((d = in)) {
-		in = d->next;
+	/* rdma_connect pushes in front: the newest come first. Put them
+	 * behind the ones already waiting, oldest first. */
+	if (new) {
+		struct dial *rev = NULL, **tail = in;
+
+		while ((d = new)) {
+			new = d->next;
+			d->next = rev;
+			rev = d;
+		}
+		while (*tail)
+			tail = &(*tail)->next;
+		*tail = rev;
+	}
+	for (int i = 0; i < DIAL_START_BATCH && (d = *in); i++) {
+		*in = d->next;
 		if (dial_start(d))
 			dial_add(head, d, first);
 	}
@@ -502,7 +522,7 @@ static void dial_expire(struct dial **head, int64_t *first)
 
 static void *dial_thread(void *arg)
 {
-	struct dial *head = NULL;
+	struct dial *head = NULL, *in = NULL;
 	int64_t first = -1;
 	bool take = true;
 
@@ -513,13 +533,15 @@ static void *dial_thread(void *arg)
 		int64_t now;
 		int n, tmo = -1;
 
-		if ((take || !head) && !dial_take(&head, &first))
+		if ((take || in || !head) && !dial_take(&head, &in, &first))
 			break;
 		take = false;
 		now = glue_mpa_now_ms();
 		if (first >= 0)
 			tmo = first <= now ? 0 : (int)(first - now > 60000 ?
 						       60000 : first - now);
+		if (in)
+			tmo = 0;          /* more to start: only look */
 		n = epoll_wait(dialer.ep, evs, 64, tmo);
 		for (int i = 0; i < n; i++) {
 			struct dial *d = evs[i].data.ptr;
