@@ -533,9 +533,17 @@ static void *dial_thread(void *arg)
 		int64_t now;
 		int n, tmo = -1;
 
-		if ((take || in || !head) && !dial_take(&head, &in, &first))
-			break;
-		take = false;
+		if (take || in || !head) {
+			take = false;
+			if (!dial_take(&head, &in, &first))
+				break;
+			/* Every one it started is over already (the Reply was
+			 * there at once): look again, which ends the thread if
+			 * nothing new came, rather than wait for the next
+			 * rdma_connect. */
+			if (!head && !in)
+				continue;
+		}
 		now = glue_mpa_now_ms();
 		if (first >= 0)
 			tmo = first <= now ? 0 : (int)(first - now > 60000 ?
