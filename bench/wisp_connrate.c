@@ -132,7 +132,7 @@ static void server(int out, int in)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	struct rdma_cm_id *lid;
+	struct rdma_cm_id *lid = NULL;
 	struct rdma_cm_event *e;
 	socklen_t alen = sizeof(a);
 	uint16_t ports[2];

@@ -123,7 +123,11 @@ void glue_engine_call(struct glue_engine *e, void (*fn)(void *), void *arg);
 bool glue_on_engine(const struct glue_engine *e);
 
 /* Adopt the connected socket fd (made non-blocking, TCP_NODELAY set).
- * Returns NULL with errno set; fd is closed either way on failure. */
+ * Does not wait for the engine: it takes c over on its next pass, and if
+ * it cannot (its backend refuses the socket, no memory), c ends as a
+ * broken stream does, with ended(errno). c may be kicked, sent and
+ * received on at once. Returns NULL with errno set; fd is closed either
+ * way on failure. */
 struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 				const struct glue_conn_ops *ops, void *arg);
 

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -174,11 +175,63 @@ void glue_wake_drain(struct glue_engine *e)
 		;
 }
 
+/* ------------------------------------------------------------------ */
+/* The ready list                                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The engine visits only the connections that have something to do: a
+ * pass over every connection on each wake-up made a burst of N connects
+ * cost O(N^2) (issue 13, docs/benchmarks.md "Connection rate"). Whatever
+ * gives a connection work (a kick, a close request, a completion, a
+ * timer or deadline that fell due, a newly added socket) pushes it on
+ * e->ready, a lock-free stack that any thread pushes on and the engine
+ * takes whole at the start of a pass. c->queued keeps a connection on it
+ * once: whoever sets it links c in; the engine clears it before the
+ * visit, so a request made during the visit queues c again. The flags
+ * that say what to do (kicked, tx_more, ...) are set before the push and
+ * read after the clear, so none is missed.
+ *
+ * A connection leaves for good when it is finished: the engine sets
+ * queued itself, for ever, so that kicks that still come (they are
+ * allowed until glue_conn_free) never link it in again. If queued was
+ * already set, a push is on its way or done, and the engine finishes c
+ * when it comes round (ready_claim).
+ */
+static bool ready_push(struct glue_conn *c)
+{
+	struct glue_engine *e = c->e;
+	struct glue_conn *head;
+
+	if (atomic_exchange(&c->queued, true))
+		return false;     /* on the list, or about to be */
+	head = atomic_load(&e->ready);
+	do
+		c->rnext = head;
+	while (!atomic_compare_exchange_weak(&e->ready, &head, c));
+	return true;
+}
+
+/* Queue c and, from another thread, make sure the engine looks. On the
+ * engine thread the list is looked at before it sleeps. */
+static void ready_kick(struct glue_conn *c)
+{
+	if (ready_push(c) && !glue_on_engine(c->e))
+		wake(c->e);
+}
+
+/* The engine is about to finish c: true if it may (c is on no list and
+ * never will be again). */
+static bool ready_claim(struct glue_conn *c)
+{
+	return !atomic_exchange(&c->queued, true);
+}
+
 void glue_conn_kick(struct glue_conn *c)
 {
 	if (atomic_exchange(&c->kicked, true))
 		return;           /* already kicked, the engine will look */
-	wake(c->e);
+	ready_kick(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -283,11 +336,11 @@ void glue_conn_close(struct glue_conn *c, int reason, bool graceful)
 		return;
 	if (!c->reason)
 		c->reason = reason;
-	if (!graceful) {
+	if (!graceful)
 		conn_abort(c, reason);
-		return;
-	}
-	conn_start_close(c);
+	else
+		conn_start_close(c);
+	ready_push(c);            /* engine thread: it looks before sleeping */
 }
 
 void glue_conn_close_soon(struct glue_conn *c)
@@ -298,7 +351,7 @@ void glue_conn_close_soon(struct glue_conn *c)
 	atomic_store(&c->tx_more, true);
 	atomic_store(&c->close_req, true);
 	atomic_store(&c->rx_more, true);
-	wake(c->e);
+	ready_kick(c);
 }
 
 void glue_conn_free(struct glue_conn *c)
@@ -477,7 +530,8 @@ static bool busy_poll(struct glue_engine *e)
 		int64_t now;
 
 		BP_INC(e, spins);
-		if (atomic_exchange(&e->pending, false))
+		if (atomic_exchange(&e->pending, false) ||
+		    atomic_load(&e->ready))
 			hit = true;
 		/* A socket that became readable completes its poll (io_uring)
 		 * or shows in epoll_wait: glue_rx_ready() counts the hit. */
@@ -521,7 +575,7 @@ void glue_conn_release(struct glue_conn *c)
 	if (!atomic_exchange(&c->app_rx_ms, 0))
 		return;           /* the engine was not staying off it */
 	atomic_store(&c->rx_more, true);
-	wake(c->e);
+	ready_kick(c);
 }
 
 void glue_rx_ready(struct glue_conn *c)
@@ -530,6 +584,7 @@ void glue_rx_ready(struct glue_conn *c)
 		glue_stat_busy_hit(c);
 	c->rx_op = false;
 	c->rx_armed = false;
+	ready_push(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -663,11 +718,16 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
 		atomic_store(&c->rx_more, true);
-		wake(c->e);
+		ready_kick(c);
 	}
-	/* Answers to what arrived (Read Responses) go out from here too. */
-	if (got && atomic_load(&c->tx_more))
+	/* Answers to what arrived (Read Responses) go out from here too;
+	 * if another thread holds the transmit side, the engine sends
+	 * them (send_now clears tx_more when it has sent everything). */
+	if (got && atomic_load(&c->tx_more)) {
 		glue_conn_send_now(c);
+		if (atomic_load(&c->tx_more))
+			ready_kick(c);
+	}
 	return got;
 }
 
@@ -693,6 +753,7 @@ void glue_tx_result(struct glue_conn *c, long res)
 		conn_start_close(c);
 out:
 	pthread_mutex_unlock(&c->tx_lock);
+	ready_push(c);            /* engine thread */
 }
 
 bool glue_conn_send_now(struct glue_conn *c)
@@ -706,6 +767,9 @@ bool glue_conn_send_now(struct glue_conn *c)
 		return false;
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
+	/* What tx_fill has is taken now; more is set again below if any
+	 * is left. */
+	atomic_store(&c->tx_more, false);
 	niov = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
 	if (niov <= 0)
 		goto out;
@@ -730,7 +794,7 @@ out:
 	pthread_mutex_unlock(&c->tx_lock);
 	if (more) {
 		atomic_store(&c->tx_more, true);
-		wake(c->e);
+		ready_kick(c);
 	}
 	return sent;
 }
@@ -755,7 +819,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		/* A thread polls this connection itself: leave the socket
 		 * to it rather than wake up for every message, and look
 		 * again once it has been quiet for a while. */
-		e->recheck = true;
+		c->recheck_at = now_ms() + GLUE_APP_POLL_MS;
 		return;
 	}
 	if (pthread_mutex_trylock(&c->rx_lock)) {
@@ -778,7 +842,7 @@ ended:
 		return;
 	}
 	if (r == 0) {
-		atomic_store(&e->pending, true);   /* more to read: come back */
+		ready_push(c);    /* more to read: come back */
 		return;
 	}
 arm:
@@ -836,53 +900,214 @@ static void conn_timer(struct glue_conn *c, int64_t now)
 		atomic_store(&c->tx_more, true);
 }
 
-/* One pass over every connection. Returns the wait timeout to use. */
+/* ------------------------------------------------------------------ */
+/* The deadline heap                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * When each connection next needs a visit without anything else asking
+ * for it: its owner's timer, its close deadline, or the recheck of a
+ * socket that an application thread polls (GLUE_APP_POLL_MS). A binary
+ * min-heap on due, so that a pass looks only at what is due. Its array
+ * has room for every adopted connection (reserved in adopt()), so
+ * heap_set never allocates.
+ */
+static void heap_place(struct glue_engine *e, int i, struct glue_conn *c)
+{
+	e->heap[i] = c;
+	c->heap_idx = i;
+}
+
+static void heap_up(struct glue_engine *e, int i)
+{
+	struct glue_conn *c = e->heap[i];
+
+	while (i > 0) {
+		int up = (i - 1) / 2;
+
+		if (e->heap[up]->due <= c->due)
+			break;
+		heap_place(e, i, e->heap[up]);
+		i = up;
+	}
+	heap_place(e, i, c);
+}
+
+static void heap_down(struct glue_engine *e, int i)
+{
+	struct glue_conn *c = e->heap[i];
+
+	for (;;) {
+		int m = 2 * i + 1;
+
+		if (m >= e->heap_n)
+			break;
+		if (m + 1 < e->heap_n && e->heap[m + 1]->due < e->heap[m]->due)
+			m++;
+		if (e->heap[m]->due >= c->due)
+			break;
+		heap_place(e, i, e->heap[m]);
+		i = m;
+	}
+	heap_place(e, i, c);
+}
+
+static void heap_del(struct glue_engine *e, struct glue_conn *c)
+{
+	int i = c->heap_idx;
+	struct glue_conn *last;
+
+	if (i < 0)
+		return;
+	c->heap_idx = -1;
+	last = e->heap[--e->heap_n];
+	if (last == c)
+		return;
+	heap_place(e, i, last);
+	heap_up(e, i);
+	heap_down(e, last->heap_idx);
+}
+
+/* c is due at due (-1: never). */
+static void heap_set(struct glue_engine *e, struct glue_conn *c, int64_t due)
+{
+	int64_t old = c->due;
+
+	if (due < 0) {
+		heap_del(e, c);
+		return;
+	}
+	c->due = due;
+	if (c->heap_idx < 0) {
+		heap_place(e, e->heap_n++, c);
+		heap_up(e, c->heap_idx);
+	} else if (due < old) {
+		heap_up(e, c->heap_idx);
+	} else {
+		heap_down(e, c->heap_idx);
+	}
+}
+
+/* After a visit: when c is due next, from its state. */
+static void conn_set_due(struct glue_engine *e, struct glue_conn *c)
+{
+	enum glue_conn_state s = conn_state(c);
+	int64_t due = -1;
+
+	if (s == GLUE_CONN_OPEN && c->timer_at >= 0)
+		due = c->timer_at;
+	if ((s == GLUE_CONN_CLOSING || s == GLUE_CONN_SHUT_WR) &&
+	    (due < 0 || c->deadline_ms < due))
+		due = c->deadline_ms;
+	if (c->recheck_at && (due < 0 || c->recheck_at < due))
+		due = c->recheck_at;
+	heap_set(e, c, due);
+}
+
+/* ------------------------------------------------------------------ */
+/* Visits                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The engine takes over a connection that glue_conn_add queued: the
+ * caller did not wait for this (one wake-up of the engine and one back
+ * per connection made a burst of connects wait on the engine twice per
+ * connection; issue 13). A failure here ends the connection as any
+ * broken stream ends: ended() with the errno.
+ */
+static void adopt(struct glue_engine *e, struct glue_conn *c)
+{
+	int ret = 0;
+
+	c->adopted = true;
+	c->next = e->conns;
+	if (e->conns)
+		e->conns->prev = c;
+	e->conns = c;
+	e->nconns++;
+	if (e->heap_cap < e->nconns) {
+		int cap = e->heap_cap ? e->heap_cap * 2 : 64;
+		struct glue_conn **h = realloc(e->heap, (size_t)cap *
+					       sizeof(*h));
+
+		if (h) {
+			e->heap = h;
+			e->heap_cap = cap;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	if (!ret)
+		ret = e->be->conn_add(e, c);
+	if (ret)
+		conn_abort(c, -ret);
+}
+
+/* One connection's turn: what it was queued for, and whatever is due. */
+static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
+{
+	if (!c->adopted)
+		adopt(e, c);
+	c->recheck_at = 0;
+	if (c->timer_at >= 0 && conn_state(c) == GLUE_CONN_OPEN &&
+	    now >= c->timer_at)
+		conn_timer(c, now);
+	if (conn_state(c) != GLUE_CONN_GONE) {
+		pump_tx(e, c);
+		pump_rx(e, c);
+		pump_tx(e, c);
+		/* The pump stops after a bounded number of operations that
+		 * completed at once (epoll): come back before sleeping, as
+		 * edge-triggered readiness will not. */
+		if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
+		    !c->tx_busy)
+			ready_push(c);
+	}
+	if ((conn_state(c) == GLUE_CONN_CLOSING ||
+	     conn_state(c) == GLUE_CONN_SHUT_WR) && now >= c->deadline_ms)
+		conn_abort(c, 0);
+	if (conn_state(c) == GLUE_CONN_ABORTING && !c->rx_op && !c->tx_busy) {
+		/* Queued again meanwhile: finish it when it comes round. */
+		if (!ready_claim(c))
+			return;
+		heap_del(e, c);
+		e->nconns--;
+		conn_finish(e, c);   /* c may be freed from here on */
+		return;
+	}
+	conn_set_due(e, c);
+}
+
+/* One pass over the connections that are ready or due. Returns the wait
+ * timeout to use. */
 static int pump_all(struct glue_engine *e)
 {
-	struct glue_conn *c, *next;
-	int64_t now = 0, soonest = -1;
+	struct glue_conn *c, *next, *list = NULL;
+	int64_t now = now_ms(), left;
 
-	e->recheck = false;
-	for (c = e->conns; c; c = next) {
-		next = c->next;
-		if (c->timer_at >= 0 && conn_state(c) == GLUE_CONN_OPEN) {
-			if (!now)
-				now = now_ms();
-			if (now >= c->timer_at)
-				conn_timer(c, now);
-			if (c->timer_at >= 0 &&
-			    (soonest < 0 || c->timer_at < soonest))
-				soonest = c->timer_at;
-		}
-		if (conn_state(c) != GLUE_CONN_GONE) {
-			pump_tx(e, c);
-			pump_rx(e, c);
-			pump_tx(e, c);
-			/* The pump stops after a bounded number of operations
-			 * that completed at once (epoll): come back before
-			 * sleeping, as edge-triggered readiness will not. */
-			if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
-			    !c->tx_busy)
-				atomic_store(&e->pending, true);
-		}
-		if (conn_state(c) == GLUE_CONN_CLOSING ||
-		    conn_state(c) == GLUE_CONN_SHUT_WR) {
-			if (!now)
-				now = now_ms();
-			if (now >= c->deadline_ms)
-				conn_abort(c, 0);
-			else if (soonest < 0 || c->deadline_ms < soonest)
-				soonest = c->deadline_ms;
-		}
-		if (conn_state(c) == GLUE_CONN_ABORTING && !c->rx_op &&
-		    !c->tx_busy)
-			conn_finish(e, c);   /* c may be freed from here on */
+	/* What fell due joins the ready ones; the visit sets the next. */
+	while (e->heap_n && e->heap[0]->due <= now) {
+		c = e->heap[0];
+		heap_del(e, c);
+		ready_push(c);
 	}
-	if (e->recheck && (soonest < 0 || soonest - now > GLUE_APP_POLL_MS))
-		return GLUE_APP_POLL_MS;
-	if (soonest < 0)
+	/* Oldest first: the stack holds the newest on top. */
+	for (c = atomic_exchange(&e->ready, NULL); c; c = next) {
+		next = c->rnext;
+		c->rnext = list;
+		list = c;
+	}
+	for (c = list; c; c = next) {
+		next = c->rnext;
+		atomic_store(&c->queued, false);
+		visit(e, c, now);
+	}
+	if (!e->heap_n)
 		return -1;
-	return (int)(soonest - now > 0 ? soonest - now : 1);
+	left = e->heap[0]->due - now_ms();
+	if (left <= 0)
+		return 1;
+	return left > INT_MAX ? INT_MAX : (int)left;
 }
 
 static void *engine_main(void *arg)
@@ -890,7 +1115,7 @@ static void *engine_main(void *arg)
 	struct glue_engine *e = arg;
 
 	tls_engine = e;
-	while (!atomic_load(&e->stop) || e->conns) {
+	while (!atomic_load(&e->stop) || e->conns || atomic_load(&e->ready)) {
 		int timeout;
 
 		run_commands(e);
@@ -898,7 +1123,8 @@ static void *engine_main(void *arg)
 		if (busy_poll(e))
 			continue;
 		atomic_store(&e->sleeping, true);
-		if (atomic_exchange(&e->pending, false)) {
+		if (atomic_exchange(&e->pending, false) ||
+		    atomic_load(&e->ready)) {
 			atomic_store(&e->sleeping, false);
 			continue;
 		}
@@ -1023,35 +1249,15 @@ void glue_engine_destroy(struct glue_engine *e)
 	close(e->wake_fd);
 	pthread_cond_destroy(&e->cmd_cond);
 	pthread_mutex_destroy(&e->cmd_lock);
+	free(e->heap);
 	free(e);
-}
-
-struct add_args {
-	struct glue_engine *e;
-	struct glue_conn *c;
-	int ret;
-};
-
-static void add_cmd(void *arg)
-{
-	struct add_args *a = arg;
-
-	a->ret = a->e->be->conn_add(a->e, a->c);
-	if (a->ret)
-		return;
-	a->c->next = a->e->conns;
-	if (a->e->conns)
-		a->e->conns->prev = a->c;
-	a->e->conns = a->c;
-	atomic_store(&a->c->tx_more, true);
 }
 
 struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 				const struct glue_conn_ops *ops, void *arg)
 {
-	struct add_args a = { .e = e };
 	struct glue_conn *c;
-	int one = 1, fl;
+	int one = 1, fl, ret;
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -1062,7 +1268,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	}
 	fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-		a.ret = -errno;
+		ret = -errno;
 		goto err;
 	}
 	/* FPDUs are whole messages: never hold one back for coalescing. */
@@ -1074,8 +1280,11 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->tls = glue_tls_take(fd);
 	c->ops = ops;
 	c->arg = arg;
+	c->heap_idx = -1;
+	atomic_init(&c->queued, false);
 	atomic_init(&c->kicked, false);
-	atomic_init(&c->tx_more, false);
+	/* The engine asks tx_fill at once, and calls the timer. */
+	atomic_init(&c->tx_more, true);
 	atomic_init(&c->rx_more, false);
 	atomic_init(&c->close_req, false);
 	atomic_init(&c->rx_end, 0);
@@ -1091,16 +1300,14 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 		pthread_mutex_init(&c->tx_lock, &ma);
 		pthread_mutexattr_destroy(&ma);
 	}
-	a.c = c;
-	glue_engine_call(e, add_cmd, &a);
-	if (a.ret)
-		goto err;
+	/* The engine adopts c on its next pass (adopt()); the caller
+	 * goes on meanwhile. */
+	ready_kick(c);
 	return c;
 err:
-	glue_tls_free(c->tls);
 	glue_tls_drop(fd);
 	close(fd);
 	free(c);
-	errno = -a.ret;
+	errno = -ret;
 	return NULL;
 }

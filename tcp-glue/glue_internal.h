@@ -37,7 +37,17 @@ enum glue_conn_state {
 
 struct glue_conn {
 	struct glue_engine *e;
-	struct glue_conn *next, *prev;
+	struct glue_conn *next, *prev;    /* every adopted one (engine) */
+	/* The ready list (glue_engine.c "The ready list"): rnext links c
+	 * into e->ready while queued is set. */
+	struct glue_conn *rnext;
+	atomic_bool queued;
+	bool adopted;             /* the backend knows c (engine thread) */
+	/* The deadline heap (engine thread): c's place, -1 if not in it,
+	 * and when it is due (its timer, close deadline or recheck). */
+	int heap_idx;
+	int64_t due;
+	int64_t recheck_at;       /* look again then (0: no need) */
 	int fd;
 	const struct glue_conn_ops *ops;
 	void *arg;
@@ -146,7 +156,13 @@ struct glue_engine {
 	atomic_bool pending;
 	atomic_bool stop;
 	struct glue_conn *conns;
-	bool recheck;             /* a pass skipped a polled connection */
+	/* Connections with something to do, pushed from any thread (a
+	 * lock-free stack that the engine takes whole). */
+	_Atomic(struct glue_conn *) ready;
+	/* Adopted connections by when they are due: a binary min-heap
+	 * with room for every adopted connection (engine thread). */
+	struct glue_conn **heap;
+	int heap_n, heap_cap, nconns;
 
 	/* Busy polling (glue_engine.c "Busy polling"), engine thread. */
 	int64_t bp_max_ns;        /* WISP_BUSY_POLL_US; 0: never spin */

@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -99,14 +100,18 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
  * The dialer: one thread for every rdma_connect under way in the
  * process, however many (issue 13: a thread per connection made 1,000
  * simultaneous connects cost 1,000 thread creations, and their stacks).
- * It runs each connection as a state machine over non-blocking sockets,
- * poll()ing all of them: the TCP connect, the TLS handshake, the Request
- * and the Reply, then the initiator's hold (glue_mpa.h) as a timer. Each
+ * It runs each connection as a state machine over non-blocking sockets
+ * in one epoll set: the TCP connect, the TLS handshake, the Request and
+ * the Reply, then the initiator's hold (glue_mpa.h) as a timer. Each
  * step has the id's timeout from its start, as the blocking calls had.
+ * A wake-up costs what is ready, not a poll() of every connection under
+ * way (with 1,000 at once that made the burst O(N^2) in the dialer):
+ * each socket is armed one-shot for what its phase waits for, and the
+ * list of connections is walked only when the nearest deadline passes.
  * The thread starts with the first connect and ends when none is left.
  */
 struct dial {
-	struct dial *next;
+	struct dial *next, *prev;  /* the dialer's list (incoming: next) */
 	struct wcm_id *w;
 	int fd;
 	enum { DIAL_TCP, DIAL_TLS, DIAL_REPLY, DIAL_HOLD } phase;
@@ -127,7 +132,8 @@ static struct {
 	struct dial *incoming;     /* from rdma_connect (wcm.lock) */
 	bool running;              /* the thread exists (wcm.lock) */
 	int wake;                  /* eventfd: incoming has more */
-} dialer = { .wake = -1 };
+	int ep;                    /* epoll: wake, and each dial's socket */
+} dialer = { .wake = -1, .ep = -1 };
 
 /*
  * Every step below returns true while d is still under way, false once
@@ -209,11 +215,14 @@ static bool dial_reply(struct dial *d)
 		return dial_fail(d, ret);
 	}
 	/* siw reads nothing just after its Reply (glue_mpa.h): wait before
-	 * the first FPDU, as a timer, not holding up other connections. */
+	 * the first FPDU, as a timer, not holding up other connections. A
+	 * peer that answered wisp's extension is wisp, whose engine reads
+	 * whatever arrived before it took the socket: no wait (a burst of
+	 * connects waited 10 ms each; issue 13). */
 	pthread_mutex_lock(&wcm.lock);
 	hold = d->w->opts.hold_ms;
 	pthread_mutex_unlock(&wcm.lock);
-	if (hold <= 0)
+	if (hold <= 0 || d->params.peer_max_ulpdu)
 		return dial_establish(d);
 	dial_set(d, DIAL_HOLD, 0, hold);
 	return true;
@@ -371,116 +380,187 @@ static bool dial_step(struct dial *d, bool late)
 	return true;
 }
 
-/* Fill pfd for the list; the poll timeout to the nearest deadline. */
-static int dial_poll_setup(const struct dial *head, struct pollfd *pfd)
+static void dial_link(struct dial **head, struct dial *d)
 {
-	int64_t now = glue_mpa_now_ms(), first = -1;
-	int i = 1;
-
-	pfd[0] = (struct pollfd){ .fd = dialer.wake, .events = POLLIN };
-	for (const struct dial *d = head; d; d = d->next, i++) {
-		/* A hold waits for its timer alone. */
-		pfd[i] = (struct pollfd){
-			.fd = d->phase == DIAL_HOLD ? -1 : d->fd,
-			.events = d->events,
-		};
-		if (d->deadline >= 0 && (first < 0 || d->deadline < first))
-			first = d->deadline;
-	}
-	if (first < 0)
-		return -1;
-	return first <= now ? 0 : (int)(first - now > 60000 ? 60000 :
-					    first - now);
+	d->prev = NULL;
+	d->next = *head;
+	if (*head)
+		(*head)->prev = d;
+	*head = d;
 }
 
-/*
- * Start what rdma_connect queued and put it on *head (*n counts it).
- * False when nothing is left to do: the thread then ends, and the next
- * rdma_connect starts another (both decided under wcm.lock).
- */
-static bool dial_take(struct dial **head, int *n)
+static void dial_unlink(struct dial **head, struct dial *d)
 {
-	struct dial *in, *d;
+	if (d->prev)
+		d->prev->next = d->next;
+	else
+		*head = d->next;
+	if (d->next)
+		d->next->prev = d->prev;
+	d->next = d->prev = NULL;
+}
+
+/* Arm d's socket, once, for what its phase waits for (a hold: for
+ * nothing but a hang-up, reported once). 0 or -errno. */
+static int dial_arm(struct dial *d, int op)
+{
+	struct epoll_event ev = {
+		.events = EPOLLONESHOT |
+			  (d->phase == DIAL_HOLD ? 0 : (uint32_t)d->events),
+		.data.ptr = d,
+	};
+
+	return epoll_ctl(dialer.ep, op, d->fd, &ev) ? -errno : 0;
+}
+
+/* d joins the list under way, its socket the epoll set. */
+static void dial_add(struct dial **head, struct dial *d, int64_t *first)
+{
+	int ret = dial_arm(d, EPOLL_CTL_ADD);
+
+	if (ret) {
+		dial_fail(d, ret);
+		return;
+	}
+	dial_link(head, d);
+	if (d->deadline >= 0 && (*first < 0 || d->deadline < *first))
+		*first = d->deadline;
+}
+
+/* Step d (on the list); *first takes its next deadline. */
+static void dial_run(struct dial **head, struct dial *d, bool late,
+		     int64_t *first)
+{
+	int fd = d->fd, ret;
+
+	dial_unlink(head, d);
+	if (!dial_step(d, late)) {
+		/* Ended: its socket closed, or the QP's now. Only this
+		 * thread adds to the set, so the number names no other
+		 * member of it. */
+		epoll_ctl(dialer.ep, EPOLL_CTL_DEL, fd, NULL);
+		return;
+	}
+	ret = dial_arm(d, EPOLL_CTL_MOD);
+	if (ret) {
+		epoll_ctl(dialer.ep, EPOLL_CTL_DEL, fd, NULL);
+		dial_fail(d, ret);
+		return;
+	}
+	dial_link(head, d);
+	if (d->deadline >= 0 && (*first < 0 || d->deadline < *first))
+		*first = d->deadline;
+}
+
+/* Connects started per turn: between turns the dialer serves the
+ * Replies that came, so that a burst of connects does not keep the
+ * first ones waiting until the last has started. */
+#define DIAL_START_BATCH 32
+
+/*
+ * Start what rdma_connect queued (*in: taken, not started yet; oldest
+ * first), at most DIAL_START_BATCH, and put it on *head. False when
+ * nothing is left to do: the thread then ends, and the next rdma_connect
+ * starts another (both decided under wcm.lock).
+ */
+static bool dial_take(struct dial **head, struct dial **in, int64_t *first)
+{
+	struct dial *new, *d;
 	uint64_t v;
 
 	if (read(dialer.wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		wcm_log(WCM_LOG_DEBUG, "dialer: %s", strerror(errno));
 	pthread_mutex_lock(&wcm.lock);
-	in = dialer.incoming;
+	new = dialer.incoming;
 	dialer.incoming = NULL;
-	if (!in && !*head)
+	if (!new && !*in && !*head)
 		dialer.running = false;
 	pthread_mutex_unlock(&wcm.lock);
-	if (!in && !*head)
+	if (!new && !*in && !*head)
 		return false;
-	while ((d = in)) {
-		in = d->next;
-		if (dial_start(d)) {
-			d->next = *head;
-			*head = d;
-			(*n)++;
+	/* rdma_connect pushes in front: the newest come first. Put them
+	 * behind the ones already waiting, oldest first. */
+	if (new) {
+		struct dial *rev = NULL, **tail = in;
+
+		while ((d = new)) {
+			new = d->next;
+			d->next = rev;
+			rev = d;
 		}
+		while (*tail)
+			tail = &(*tail)->next;
+		*tail = rev;
+	}
+	for (int i = 0; i < DIAL_START_BATCH && (d = *in); i++) {
+		*in = d->next;
+		if (dial_start(d))
+			dial_add(head, d, first);
 	}
 	return true;
 }
 
-/* Make room for n connections and the wake fd. */
-static struct pollfd *dial_room(struct pollfd *pfd, int *cap, int n)
+/* Step every connection whose deadline has passed; *first becomes the
+ * nearest deadline left. */
+static void dial_expire(struct dial **head, int64_t *first)
 {
-	struct pollfd *p;
+	int64_t now = glue_mpa_now_ms();
+	struct dial *d, *next;
 
-	if (n + 1 <= *cap)
-		return pfd;
-	p = realloc(pfd, (size_t)(n + 64) * sizeof(*pfd));
-	if (!p)
-		return NULL;
-	*cap = n + 64;
-	return p;
+	if (*first < 0 || *first > now)
+		return;
+	*first = -1;
+	for (d = *head; d; d = next) {
+		next = d->next;
+		if (d->deadline >= 0 && d->deadline <= now)
+			dial_run(head, d, true, first);   /* relinked in front */
+		else if (d->deadline >= 0 &&
+			 (*first < 0 || d->deadline < *first))
+			*first = d->deadline;
+	}
 }
 
 static void *dial_thread(void *arg)
 {
-	struct dial *head = NULL;
-	struct pollfd *pfd = NULL;
-	int n = 0, cap = 0;
+	struct dial *head = NULL, *in = NULL;
+	int64_t first = -1;
+	bool take = true;
 
 	(void)arg;
 	pthread_setname_np(pthread_self(), "wisp-dialer");
-	while (dial_take(&head, &n)) {
-		struct pollfd *p = dial_room(pfd, &cap, n);
-		struct dial **pp = &head, *d;
+	for (;;) {
+		struct epoll_event evs[64];
 		int64_t now;
-		int i;
+		int n, tmo = -1;
 
-		if (!p) {
-			/* Out of memory for the poll set: step each one a
-			 * millisecond from now. */
-			poll(NULL, 0, 1);
-		} else {
-			pfd = p;
-			if (poll(pfd, (nfds_t)n + 1,
-				 dial_poll_setup(head, pfd)) < 0)
-				memset(pfd, 0, (size_t)(n + 1) * sizeof(*pfd));
+		if (take || in || !head) {
+			take = false;
+			if (!dial_take(&head, &in, &first))
+				break;
+			/* Every one it started is over already (the Reply was
+			 * there at once): look again, which ends the thread if
+			 * nothing new came, rather than wait for the next
+			 * rdma_connect. */
+			if (!head && !in)
+				continue;
 		}
 		now = glue_mpa_now_ms();
-		for (i = 1; (d = *pp); i++) {
-			bool late = d->deadline >= 0 && d->deadline <= now;
+		if (first >= 0)
+			tmo = first <= now ? 0 : (int)(first - now > 60000 ?
+						       60000 : first - now);
+		if (in)
+			tmo = 0;          /* more to start: only look */
+		n = epoll_wait(dialer.ep, evs, 64, tmo);
+		for (int i = 0; i < n; i++) {
+			struct dial *d = evs[i].data.ptr;
 
-			if (!late && p && !pfd[i].revents) {
-				pp = &d->next;
-				continue;
-			}
-			*pp = d->next;
-			if (dial_step(d, late)) {
-				d->next = *pp;
-				*pp = d;
-				pp = &d->next;
-			} else {
-				n--;
-			}
+			if (!d)
+				take = true;    /* the wake eventfd */
+			else
+				dial_run(&head, d, false, &first);
 		}
+		dial_expire(&head, &first);
 	}
-	free(pfd);
 	glue_tls_thread_done();
 	return NULL;
 }
@@ -496,6 +576,19 @@ static int dial_thread_start(void)
 		dialer.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (dialer.wake < 0)
 			return -errno;
+	}
+	if (dialer.ep < 0) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+		int ep = epoll_create1(EPOLL_CLOEXEC);
+
+		if (ep < 0)
+			return -errno;
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, dialer.wake, &ev)) {
+			ret = -errno;
+			close(ep);
+			return ret;
+		}
+		dialer.ep = ep;
 	}
 	if (dialer.running)
 		return 0;
