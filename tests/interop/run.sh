@@ -27,6 +27,11 @@
 #                        (the race diagnosis below needs it; default 1)
 #   WISP_INTEROP_BUDGET  seconds after which the remaining cases are
 #                        skipped (default 540: the run stays under 10 min)
+#   WISP_INTEROP_REPEAT  run each selected case this many times in a row
+#                        (default 1); the logs of run K go to <case>.rK
+#   WISP_INTEROP_STALL_S an s2w perftest server still running this many
+#                        seconds after its siw client started has stalled:
+#                        its state is saved then (snap_stuck; default 15)
 # Layout, matrix and findings: docs/interop.md.
 set -uo pipefail
 
@@ -46,6 +51,8 @@ esac
 
 logdir=${WISP_INTEROP_LOGDIR:-$top/build/interop}
 siw_debug=${WISP_INTEROP_SIW_DEBUG:-1}
+repeat=${WISP_INTEROP_REPEAT:-1}
+stall_s=${WISP_INTEROP_STALL_S:-15}
 t_start=$(date +%s)
 passed=0 failed=0 skipped=0
 results=()
@@ -289,17 +296,37 @@ hserve() {
 	return 1
 }
 
-# snap_stuck: wisp's server still runs after its peer has finished (a
-# stall): keep what its sockets and counters show (host.ss: Recv-Q and
-# tcp_info; host.stat: wisp-stat --json; guest.ss: the siw side's
-# Send-Q), to tell octets left unread in wisp's socket from octets that
-# never reached it (docs/interop.md, open problems).
+# snap_stuck [TAG]: wisp's server still runs although its siw peer should
+# have finished (a stall): keep, while both ends still hold the
+# connection, what tells octets left unread in wisp's socket from octets
+# that never reached it (docs/interop.md, open problems):
+#   host.ss<TAG>     both ends of the loopback connection between the
+#                    guestfwd relay (socat) and wisp: Recv-Q, Send-Q,
+#                    tcp_info; and the relay's socketpair to qemu
+#   host.stat<TAG>   wisp-stat --json: per-QP and per-socket counters
+#                    (rx_empty: recvmsg calls that found nothing)
+#   host.bt<TAG>     every thread's stack in wisp's server (gdb)
+#   guest.ss<TAG>    siw's socket (Send-Q, cwnd, rwnd) and /proc/net/tcp
+# Taken twice (TAG .1, .2) a few seconds apart by run_perf, so that the
+# counters show whether anything still moves.
 snap_stuck() {
-	local ws=$WISP_LIB_DIR/../tools/wisp-stat
+	local t=${1:-} ws=$WISP_LIB_DIR/../tools/wisp-stat rp
 	kill -0 $hp 2>/dev/null || return 0
-	ss -tnpi 2>/dev/null | grep -A1 "pid=$hp," >"$cdir/host.ss"
-	[ -x "$ws" ] && timeout 5 "$ws" --json >"$cdir/host.stat" 2>&1
-	gctl -t 10 "ss -tni" >"$cdir/guest.ss" 2>&1
+	{
+		date -u +%T.%N
+		ss -tnpi "( sport = :$h_srv or dport = :$h_srv )" 2>/dev/null
+		for rp in $(pgrep -f "socat - TCP:127.0.0.1:$h_srv\$"); do
+			echo "relay pid $rp:"
+			ss -xpn 2>/dev/null | grep "pid=$rp,"
+		done
+	} >"$cdir/host.ss$t"
+	[ -x "$ws" ] && timeout 5 "$ws" --json -p $hp >"$cdir/host.stat$t" 2>&1
+	if [ -z "$t" ] || [ "$t" = .2 ]; then
+		command -v gdb >/dev/null &&
+			timeout 30 gdb -p $hp -batch -ex "thread apply all bt" \
+				>"$cdir/host.bt$t" 2>&1
+	fi
+	gctl -t 10 "date; ss -tnie; cat /proc/net/tcp; rdma res show qp" >"$cdir/guest.ss$t" 2>&1
 	return 0
 }
 
@@ -384,8 +411,21 @@ run_perf() { # TEST SIZE ITERS
 	else
 		hserve "$bin" "${args[@]}" -p $h_srv || return
 		gstart "$name" timeout 30 "$bin" "${args[@]}" -p $g_port 10.0.2.100
+		# A run ends in a few seconds (60 x 64 KiB: under 10 s on a
+		# loaded host). A server still running after stall_s has
+		# stalled: look at both ends while siw's client, which
+		# timeout ends at 30 s, still holds the connection.
+		local _
+		for _ in $(seq $((stall_s * 10))); do
+			kill -0 $hp 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 $hp 2>/dev/null; then
+			snap_stuck .1
+			sleep 3
+			snap_stuck .2
+		fi
 		gfinish "$name" 35
-		snap_stuck
 		hreap 10
 	fi
 	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
@@ -653,13 +693,21 @@ guest_death() {
 
 budget=${WISP_INTEROP_BUDGET:-540}
 current=
+runs=()
 for c in "${cases[@]}"; do
-	IFS='|' read -r name variant kind args xfail <<<"$c"
-	if [ -n "$pattern" ] && ! [[ $name =~ $pattern ]]; then
+	if [ -n "$pattern" ] && ! [[ ${c%%|*} =~ $pattern ]]; then
 		continue
 	fi
+	if [ "$repeat" -gt 1 ]; then
+		for r in $(seq "$repeat"); do runs+=("$c|.r$r"); done
+	else
+		runs+=("$c|")
+	fi
+done
+for c in "${runs[@]}"; do
+	IFS='|' read -r name variant kind args xfail rep <<<"$c"
 	if [ $(($(date +%s) - t_start)) -gt "$budget" ]; then
-		report SKIP "$name" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
+		report SKIP "$name$rep" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
 		continue
 	fi
 	dir=${name%%.*}
@@ -671,18 +719,18 @@ for c in "${cases[@]}"; do
 		rc=$?
 		if [ $rc = 2 ]; then
 			echo "interop: SKIP: qemu-system-x86_64 cannot start a guest here (see $logdir/qemu-$variant.log)"
-			report SKIP "$name" "qemu cannot run"
+			report SKIP "$name$rep" "qemu cannot run"
 			current=
 			continue
 		elif [ $rc != 0 ]; then
-			report FAIL "$name" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
+			report FAIL "$name$rep" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
 			current=
 			continue
 		fi
 		current=$variant
 		echo "interop: guest up (siw $variant, ports from $GUEST_PORT_BASE)"
 	fi
-	cdir=$logdir/$name
+	cdir=$logdir/$name$rep
 	rm -rf "$cdir"
 	mkdir -p "$cdir"
 	verdict= detail= g_rc= g_race=
@@ -708,11 +756,11 @@ for c in "${cases[@]}"; do
 		detail="$detail; siw ignored $g_race arrival(s) just after its Reply"
 	fi
 	if [ -z "$verdict" ]; then
-		report PASS "$name" "$detail ($((t1 - t0)) s)"
+		report PASS "$name$rep" "$detail ($((t1 - t0)) s)"
 	elif [ -n "$xfail" ] && grep -aqE "$xfail" "$GUEST_SERIAL" "$cdir/guest.dmesg" 2>/dev/null; then
-		report XFAIL "$name" "known siw bug: $verdict ($((t1 - t0)) s)"
+		report XFAIL "$name$rep" "known siw bug: $verdict ($((t1 - t0)) s)"
 	else
-		report FAIL "$name" "$verdict; $detail ($((t1 - t0)) s)"
+		report FAIL "$name$rep" "$verdict; $detail ($((t1 - t0)) s)"
 	fi
 	gctl -t 10 "rm -rf /tmp/c; for p in \$(pidof rping ib_send_bw ib_write_bw ib_read_bw cmprobe); do kill -9 \$p; done" >/dev/null 2>&1
 done
