@@ -302,7 +302,7 @@ hserve() {
 # that never reached it (docs/interop.md, open problems):
 #   host.ss<TAG>     both ends of the loopback connection between the
 #                    guestfwd relay (socat) and wisp: Recv-Q, Send-Q,
-#                    tcp_info; and the relay's socketpair to qemu
+#                    tcp_info; and the relay's and qemu's other sockets
 #   host.stat<TAG>   wisp-stat --json: per-QP and per-socket counters
 #                    (rx_empty: recvmsg calls that found nothing)
 #   host.bt<TAG>     every thread's stack in wisp's server (gdb)
@@ -315,9 +315,11 @@ snap_stuck() {
 	{
 		date -u +%T.%N
 		ss -tnpi "( sport = :$h_srv or dport = :$h_srv )" 2>/dev/null
-		for rp in $(pgrep -f "socat - TCP:127.0.0.1:$h_srv\$"); do
-			echo "relay pid $rp:"
-			ss -xpn 2>/dev/null | grep "pid=$rp,"
+		# libslirp gives each guestfwd command a loopback TCP socket
+		# pair as stdin/stdout: the relay's other socket, and qemu's
+		for rp in $(pgrep -f "socat - TCP:127.0.0.1:$h_srv\$") $GUEST_PID; do
+			echo "pid $rp ($(cat /proc/$rp/comm 2>/dev/null)):"
+			ss -tnpi 2>/dev/null | grep -A1 "pid=$rp,"
 		done
 	} >"$cdir/host.ss$t"
 	[ -x "$ws" ] && timeout 5 "$ws" --json -p $hp >"$cdir/host.stat$t" 2>&1
