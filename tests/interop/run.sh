@@ -27,8 +27,9 @@
 #                        (the race diagnosis below needs it; default 1)
 #   WISP_INTEROP_BUDGET  seconds after which the remaining cases are
 #                        skipped (default 540: the run stays under 10 min)
-#   WISP_INTEROP_REPEAT  run each selected case this many times in a row
-#                        (default 1); the logs of run K go to <case>.rK
+#   WISP_INTEROP_REPEAT  run the selected cases this many times, in
+#                        matrix order each time (default 1); the logs of
+#                        round K go to <case>.rK
 #   WISP_INTEROP_STALL_S an s2w perftest server still running this many
 #                        seconds after its siw client started has stalled:
 #                        its state is saved then (snap_stuck; default 15)
@@ -696,15 +697,17 @@ guest_death() {
 budget=${WISP_INTEROP_BUDGET:-540}
 current=
 runs=()
-for c in "${cases[@]}"; do
-	if [ -n "$pattern" ] && ! [[ ${c%%|*} =~ $pattern ]]; then
-		continue
-	fi
-	if [ "$repeat" -gt 1 ]; then
-		for r in $(seq "$repeat"); do runs+=("$c|.r$r"); done
-	else
-		runs+=("$c|")
-	fi
+for r in $(seq "$repeat"); do
+	for c in "${cases[@]}"; do
+		if [ -n "$pattern" ] && ! [[ ${c%%|*} =~ $pattern ]]; then
+			continue
+		fi
+		if [ "$repeat" -gt 1 ]; then
+			runs+=("$c|.r$r")
+		else
+			runs+=("$c|")
+		fi
+	done
 done
 for c in "${runs[@]}"; do
 	IFS='|' read -r name variant kind args xfail rep <<<"$c"
