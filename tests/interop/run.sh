@@ -24,7 +24,8 @@
 #   WISP_INTEROP_LOGDIR  per-case logs (default build/interop)
 #   WISP_INTEROP_CACHE   image cache (see build-image.sh)
 #   WISP_INTEROP_SIW_DEBUG=1  siw's dynamic debug into the guest's dmesg
-#                        (the race diagnosis below needs it; default 1)
+#                        (the race diagnosis below needs it; default 1;
+#                        2 adds siw's transmit path, siw_qp_tx.c)
 #   WISP_INTEROP_BUDGET  seconds after which the remaining cases are
 #                        skipped (default 540: the run stays under 10 min)
 #   WISP_INTEROP_REPEAT  run the selected cases this many times, in
@@ -307,7 +308,8 @@ hserve() {
 #   host.stat<TAG>   wisp-stat --json: per-QP and per-socket counters
 #                    (rx_empty: recvmsg calls that found nothing)
 #   host.bt<TAG>     every thread's stack in wisp's server (gdb)
-#   guest.ss<TAG>    siw's socket (Send-Q, cwnd, rwnd) and /proc/net/tcp
+#   guest.ss<TAG>    siw's socket (Send-Q, cwnd, rwnd), /proc/net/tcp, the
+#                    QPs, the end of dmesg
 # Taken twice (TAG .1, .2) a few seconds apart by run_perf, so that the
 # counters show whether anything still moves.
 snap_stuck() {
@@ -329,7 +331,7 @@ snap_stuck() {
 			timeout 30 gdb -p $hp -batch -ex "thread apply all bt" \
 				>"$cdir/host.bt$t" 2>&1
 	fi
-	gctl -t 10 "date; ss -tnie; cat /proc/net/tcp; rdma res show qp" >"$cdir/guest.ss$t" 2>&1
+	gctl -t 10 "date; ss -tnie; cat /proc/net/tcp; rdma res show qp; dmesg | tail -40" >"$cdir/guest.ss$t" 2>&1
 	return 0
 }
 
@@ -465,7 +467,7 @@ run_cmp() {
 	cp=$GUEST_IMAGE/cmprobe
 	ports
 	case $name in
-	*.race-* | *.rtr-in-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	*.race-* | *.rtr-in-*) [ "$siw_debug" != 0 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
 	esac
 	# shellcheck disable=SC2086
 	if [ "$dir" = w2s ]; then
@@ -499,7 +501,7 @@ run_cmp() {
 		c_out=$cdir/guest.out s_out=$cdir/host.out
 	fi
 	case $name in
-	*.race-* | *.rtr-in-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw -p; file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	*.race-* | *.rtr-in-*) [ "$siw_debug" != 0 ] && gctl -t 10 "echo \"module siw -p; file siw_cm.c +p; file siw_qp.c +p$([ "$siw_debug" = 2 ] && echo '; file siw_qp_tx.c +p')\" >/sys/kernel/debug/dynamic_debug/control" >/dev/null ;;
 	esac
 	local c_res s_res c_ok s_ok
 	c_res=$(grep "CMPROBE RESULT" "$c_out")
@@ -675,10 +677,15 @@ boot() { # VARIANT
 $guest_helpers
 HELPERS
 echo ok" | grep -q ok; then
-				if [ "$siw_debug" = 1 ]; then
+				if [ "$siw_debug" = 1 ] || [ "$siw_debug" = 2 ]; then
 					gctl -t 20 'mount -t debugfs none /sys/kernel/debug 2>/dev/null
 echo "file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control
 dmesg -n 5' >/dev/null
+				fi
+				# 2: siw's transmit path too ("sq paused", "Resume SQ
+				# while QP locked"): where siw's SQ stopped, at a cost
+				if [ "$siw_debug" = 2 ]; then
+					gctl -t 20 'echo "file siw_qp_tx.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null
 				fi
 				return 0
 			fi
@@ -748,7 +755,7 @@ for c in "${runs[@]}"; do
 	esac
 	t1=$(date +%s)
 	case $kind in
-	rping | perf | cmp | relay) [ -z "$verdict" ] && [ "$siw_debug" = 1 ] && check_negotiation ;;
+	rping | perf | cmp | relay) [ -z "$verdict" ] && [ "$siw_debug" != 0 ] && check_negotiation ;;
 	esac
 	if ! kill -0 "$GUEST_PID" 2>/dev/null; then
 		verdict="guest died: $(guest_death)"
