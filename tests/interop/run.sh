@@ -313,7 +313,7 @@ hserve() {
 # Taken twice (TAG .1, .2) a few seconds apart by run_perf, so that the
 # counters show whether anything still moves.
 snap_stuck() {
-	local t=${1:-} ws=$WISP_LIB_DIR/../tools/wisp-stat rp
+	local t=${1:-} ws=$WISP_LIB_DIR/../bin/wisp-stat rp
 	kill -0 $hp 2>/dev/null || return 0
 	{
 		date -u +%T.%N
@@ -325,7 +325,7 @@ snap_stuck() {
 			ss -tnpi 2>/dev/null | grep -A1 "pid=$rp,"
 		done
 	} >"$cdir/host.ss$t"
-	[ -x "$ws" ] && timeout 5 "$ws" --json -p $hp >"$cdir/host.stat$t" 2>&1
+	[ -f "$ws" ] && [ -x "$ws" ] && timeout 5 "$ws" --json -p $hp >"$cdir/host.stat$t" 2>&1
 	if [ -z "$t" ] || [ "$t" = .2 ]; then
 		command -v gdb >/dev/null &&
 			timeout 30 gdb -p $hp -batch -ex "thread apply all bt" \
