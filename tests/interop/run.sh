@@ -306,7 +306,7 @@ hserve() {
 #                    guestfwd relay (socat) and wisp: Recv-Q, Send-Q,
 #                    tcp_info; and the relay's and qemu's other sockets
 #   host.stat<TAG>   wisp-stat --json: per-QP and per-socket counters
-#                    (rx_empty: recvmsg calls that found nothing)
+#                    (sock_rx_empty: recvmsg calls that found nothing)
 #   host.bt<TAG>     every thread's stack in wisp's server (gdb)
 #   guest.ss<TAG>    siw's socket (Send-Q, cwnd, rwnd), /proc/net/tcp, the
 #                    QPs, the end of dmesg
