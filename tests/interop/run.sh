@@ -709,15 +709,16 @@ for r in $(seq "$repeat"); do
 		if [ -n "$pattern" ] && ! [[ ${c%%|*} =~ $pattern ]]; then
 			continue
 		fi
+		# the round first: the last field (xfail, a regex) may hold '|'
 		if [ "$repeat" -gt 1 ]; then
-			runs+=("$c|.r$r")
+			runs+=(".r$r|$c")
 		else
-			runs+=("$c|")
+			runs+=("|$c")
 		fi
 	done
 done
 for c in "${runs[@]}"; do
-	IFS='|' read -r name variant kind args xfail rep <<<"$c"
+	IFS='|' read -r rep name variant kind args xfail <<<"$c"
 	if [ $(($(date +%s) - t_start)) -gt "$budget" ]; then
 		report SKIP "$name$rep" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
 		continue
