@@ -308,8 +308,9 @@ hserve() {
 #   host.stat<TAG>   wisp-stat --json: per-QP and per-socket counters
 #                    (sock_rx_empty: recvmsg calls that found nothing)
 #   host.bt<TAG>     every thread's stack in wisp's server (gdb)
-#   guest.ss<TAG>    siw's socket (Send-Q, cwnd, rwnd), /proc/net/tcp, the
-#                    QPs, the end of dmesg
+#   guest.ss<TAG>    siw's socket (netstat: Send-Q; /proc/net/tcp: its
+#                    timer, 4 = zero-window probe, and cwnd), the QPs,
+#                    the end of dmesg
 # Taken twice (TAG .1, .2) a few seconds apart by run_perf, so that the
 # counters show whether anything still moves.
 snap_stuck() {
@@ -331,7 +332,8 @@ snap_stuck() {
 			timeout 30 gdb -p $hp -batch -ex "thread apply all bt" \
 				>"$cdir/host.bt$t" 2>&1
 	fi
-	gctl -t 10 "date; ss -tnie; cat /proc/net/tcp; rdma res show qp; dmesg | tail -40" >"$cdir/guest.ss$t" 2>&1
+	# (the guest has busybox's netstat, no ss)
+	gctl -t 10 "date; netstat -tn; cat /proc/net/tcp; rdma res show qp; dmesg | tail -40" >"$cdir/guest.ss$t" 2>&1
 	return 0
 }
 
