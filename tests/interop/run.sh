@@ -24,9 +24,16 @@
 #   WISP_INTEROP_LOGDIR  per-case logs (default build/interop)
 #   WISP_INTEROP_CACHE   image cache (see build-image.sh)
 #   WISP_INTEROP_SIW_DEBUG=1  siw's dynamic debug into the guest's dmesg
-#                        (the race diagnosis below needs it; default 1)
+#                        (the race diagnosis below needs it; default 1;
+#                        2 adds siw's transmit path, siw_qp_tx.c)
 #   WISP_INTEROP_BUDGET  seconds after which the remaining cases are
 #                        skipped (default 540: the run stays under 10 min)
+#   WISP_INTEROP_REPEAT  run the selected cases this many times, in
+#                        matrix order each time (default 1); the logs of
+#                        round K go to <case>.rK
+#   WISP_INTEROP_STALL_S an s2w perftest server still running this many
+#                        seconds after its siw client started has stalled:
+#                        its state is saved then (snap_stuck; default 15)
 # Layout, matrix and findings: docs/interop.md.
 set -uo pipefail
 
@@ -46,6 +53,8 @@ esac
 
 logdir=${WISP_INTEROP_LOGDIR:-$top/build/interop}
 siw_debug=${WISP_INTEROP_SIW_DEBUG:-1}
+repeat=${WISP_INTEROP_REPEAT:-1}
+stall_s=${WISP_INTEROP_STALL_S:-15}
 t_start=$(date +%s)
 passed=0 failed=0 skipped=0
 results=()
@@ -289,17 +298,42 @@ hserve() {
 	return 1
 }
 
-# snap_stuck: wisp's server still runs after its peer has finished (a
-# stall): keep what its sockets and counters show (host.ss: Recv-Q and
-# tcp_info; host.stat: wisp-stat --json; guest.ss: the siw side's
-# Send-Q), to tell octets left unread in wisp's socket from octets that
-# never reached it (docs/interop.md, open problems).
+# snap_stuck [TAG]: wisp's server still runs although its siw peer should
+# have finished (a stall): keep, while both ends still hold the
+# connection, what tells octets left unread in wisp's socket from octets
+# that never reached it (docs/interop.md, open problems):
+#   host.ss<TAG>     both ends of the loopback connection between the
+#                    guestfwd relay (socat) and wisp: Recv-Q, Send-Q,
+#                    tcp_info; and the relay's and qemu's other sockets
+#   host.stat<TAG>   wisp-stat --json: per-QP and per-socket counters
+#                    (sock_rx_empty: recvmsg calls that found nothing)
+#   host.bt<TAG>     every thread's stack in wisp's server (gdb)
+#   guest.ss<TAG>    siw's socket (netstat: Send-Q; /proc/net/tcp: its
+#                    timer, 4 = zero-window probe, and cwnd), the QPs,
+#                    the end of dmesg
+# Taken twice (TAG .1, .2) a few seconds apart by run_perf, so that the
+# counters show whether anything still moves.
 snap_stuck() {
-	local ws=$WISP_LIB_DIR/../tools/wisp-stat
+	local t=${1:-} ws=$WISP_LIB_DIR/../bin/wisp-stat rp
 	kill -0 $hp 2>/dev/null || return 0
-	ss -tnpi 2>/dev/null | grep -A1 "pid=$hp," >"$cdir/host.ss"
-	[ -x "$ws" ] && timeout 5 "$ws" --json >"$cdir/host.stat" 2>&1
-	gctl -t 10 "ss -tni" >"$cdir/guest.ss" 2>&1
+	{
+		date -u +%T.%N
+		ss -tnpi "( sport = :$h_srv or dport = :$h_srv )" 2>/dev/null
+		# libslirp gives each guestfwd command a loopback TCP socket
+		# pair as stdin/stdout: the relay's other socket, and qemu's
+		for rp in $(pgrep -f "socat - TCP:127.0.0.1:$h_srv\$") $GUEST_PID; do
+			echo "pid $rp ($(cat /proc/$rp/comm 2>/dev/null)):"
+			ss -tnpi 2>/dev/null | grep -A1 "pid=$rp,"
+		done
+	} >"$cdir/host.ss$t"
+	[ -f "$ws" ] && [ -x "$ws" ] && timeout 5 "$ws" --json -p $hp >"$cdir/host.stat$t" 2>&1
+	if [ -z "$t" ] || [ "$t" = .2 ]; then
+		command -v gdb >/dev/null &&
+			timeout 30 gdb -p $hp -batch -ex "thread apply all bt" \
+				>"$cdir/host.bt$t" 2>&1
+	fi
+	# (the guest has busybox's netstat, no ss)
+	gctl -t 10 "date; netstat -tn; cat /proc/net/tcp; rdma res show qp; dmesg | tail -40" >"$cdir/guest.ss$t" 2>&1
 	return 0
 }
 
@@ -384,8 +418,21 @@ run_perf() { # TEST SIZE ITERS
 	else
 		hserve "$bin" "${args[@]}" -p $h_srv || return
 		gstart "$name" timeout 30 "$bin" "${args[@]}" -p $g_port 10.0.2.100
+		# A run ends in a few seconds (60 x 64 KiB: under 10 s on a
+		# loaded host). A server still running after stall_s has
+		# stalled: look at both ends while siw's client, which
+		# timeout ends at 30 s, still holds the connection.
+		local _
+		for _ in $(seq $((stall_s * 10))); do
+			kill -0 $hp 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 $hp 2>/dev/null; then
+			snap_stuck .1
+			sleep 3
+			snap_stuck .2
+		fi
 		gfinish "$name" 35
-		snap_stuck
 		hreap 10
 	fi
 	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
@@ -422,7 +469,7 @@ run_cmp() {
 	cp=$GUEST_IMAGE/cmprobe
 	ports
 	case $name in
-	*.race-* | *.rtr-in-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	*.race-* | *.rtr-in-*) [ "$siw_debug" != 0 ] && gctl -t 10 'echo "module siw +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
 	esac
 	# shellcheck disable=SC2086
 	if [ "$dir" = w2s ]; then
@@ -456,7 +503,7 @@ run_cmp() {
 		c_out=$cdir/guest.out s_out=$cdir/host.out
 	fi
 	case $name in
-	*.race-* | *.rtr-in-*) [ "$siw_debug" = 1 ] && gctl -t 10 'echo "module siw -p; file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null ;;
+	*.race-* | *.rtr-in-*) [ "$siw_debug" != 0 ] && gctl -t 10 "echo \"module siw -p; file siw_cm.c +p; file siw_qp.c +p$([ "$siw_debug" = 2 ] && echo '; file siw_qp_tx.c +p')\" >/sys/kernel/debug/dynamic_debug/control" >/dev/null ;;
 	esac
 	local c_res s_res c_ok s_ok
 	c_res=$(grep "CMPROBE RESULT" "$c_out")
@@ -632,10 +679,15 @@ boot() { # VARIANT
 $guest_helpers
 HELPERS
 echo ok" | grep -q ok; then
-				if [ "$siw_debug" = 1 ]; then
+				if [ "$siw_debug" = 1 ] || [ "$siw_debug" = 2 ]; then
 					gctl -t 20 'mount -t debugfs none /sys/kernel/debug 2>/dev/null
 echo "file siw_cm.c +p; file siw_qp.c +p" >/sys/kernel/debug/dynamic_debug/control
 dmesg -n 5' >/dev/null
+				fi
+				# 2: siw's transmit path too ("sq paused", "Resume SQ
+				# while QP locked"): where siw's SQ stopped, at a cost
+				if [ "$siw_debug" = 2 ]; then
+					gctl -t 20 'echo "file siw_qp_tx.c +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null
 				fi
 				return 0
 			fi
@@ -653,13 +705,24 @@ guest_death() {
 
 budget=${WISP_INTEROP_BUDGET:-540}
 current=
-for c in "${cases[@]}"; do
-	IFS='|' read -r name variant kind args xfail <<<"$c"
-	if [ -n "$pattern" ] && ! [[ $name =~ $pattern ]]; then
-		continue
-	fi
+runs=()
+for r in $(seq "$repeat"); do
+	for c in "${cases[@]}"; do
+		if [ -n "$pattern" ] && ! [[ ${c%%|*} =~ $pattern ]]; then
+			continue
+		fi
+		# the round first: the last field (xfail, a regex) may hold '|'
+		if [ "$repeat" -gt 1 ]; then
+			runs+=(".r$r|$c")
+		else
+			runs+=("|$c")
+		fi
+	done
+done
+for c in "${runs[@]}"; do
+	IFS='|' read -r rep name variant kind args xfail <<<"$c"
 	if [ $(($(date +%s) - t_start)) -gt "$budget" ]; then
-		report SKIP "$name" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
+		report SKIP "$name$rep" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
 		continue
 	fi
 	dir=${name%%.*}
@@ -671,18 +734,18 @@ for c in "${cases[@]}"; do
 		rc=$?
 		if [ $rc = 2 ]; then
 			echo "interop: SKIP: qemu-system-x86_64 cannot start a guest here (see $logdir/qemu-$variant.log)"
-			report SKIP "$name" "qemu cannot run"
+			report SKIP "$name$rep" "qemu cannot run"
 			current=
 			continue
 		elif [ $rc != 0 ]; then
-			report FAIL "$name" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
+			report FAIL "$name$rep" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
 			current=
 			continue
 		fi
 		current=$variant
 		echo "interop: guest up (siw $variant, ports from $GUEST_PORT_BASE)"
 	fi
-	cdir=$logdir/$name
+	cdir=$logdir/$name$rep
 	rm -rf "$cdir"
 	mkdir -p "$cdir"
 	verdict= detail= g_rc= g_race=
@@ -695,7 +758,7 @@ for c in "${cases[@]}"; do
 	esac
 	t1=$(date +%s)
 	case $kind in
-	rping | perf | cmp | relay) [ -z "$verdict" ] && [ "$siw_debug" = 1 ] && check_negotiation ;;
+	rping | perf | cmp | relay) [ -z "$verdict" ] && [ "$siw_debug" != 0 ] && check_negotiation ;;
 	esac
 	if ! kill -0 "$GUEST_PID" 2>/dev/null; then
 		verdict="guest died: $(guest_death)"
@@ -708,11 +771,11 @@ for c in "${cases[@]}"; do
 		detail="$detail; siw ignored $g_race arrival(s) just after its Reply"
 	fi
 	if [ -z "$verdict" ]; then
-		report PASS "$name" "$detail ($((t1 - t0)) s)"
+		report PASS "$name$rep" "$detail ($((t1 - t0)) s)"
 	elif [ -n "$xfail" ] && grep -aqE "$xfail" "$GUEST_SERIAL" "$cdir/guest.dmesg" 2>/dev/null; then
-		report XFAIL "$name" "known siw bug: $verdict ($((t1 - t0)) s)"
+		report XFAIL "$name$rep" "known siw bug: $verdict ($((t1 - t0)) s)"
 	else
-		report FAIL "$name" "$verdict; $detail ($((t1 - t0)) s)"
+		report FAIL "$name$rep" "$verdict; $detail ($((t1 - t0)) s)"
 	fi
 	gctl -t 10 "rm -rf /tmp/c; for p in \$(pidof rping ib_send_bw ib_write_bw ib_read_bw cmprobe); do kill -9 \$p; done" >/dev/null 2>&1
 done
