@@ -174,10 +174,28 @@ void glue_wake_drain(struct glue_engine *e)
 		;
 }
 
+/* A thread polled c itself within GLUE_APP_POLL_MS (glue_conn_recv_now;
+ * 0 after glue_conn_release). */
+static bool app_polls(const struct glue_conn *c)
+{
+	return now_ms() - atomic_load_explicit(&c->app_rx_ms,
+					       memory_order_relaxed) <
+	       GLUE_APP_POLL_MS;
+}
+
+/* TLS: the engine left sending on c to the thread that polls it, which
+ * still does: waking the engine would only make it look and leave. */
+static bool tx_left_to_poller(const struct glue_conn *c)
+{
+	return c->tls && atomic_load(&c->tx_deferred) && app_polls(c);
+}
+
 void glue_conn_kick(struct glue_conn *c)
 {
 	if (atomic_exchange(&c->kicked, true))
 		return;           /* already kicked, the engine will look */
+	if (tx_left_to_poller(c))
+		return;           /* the poller sends; the engine looks soon */
 	wake(c->e);
 }
 
@@ -730,7 +748,8 @@ out:
 	pthread_mutex_unlock(&c->tx_lock);
 	if (more) {
 		atomic_store(&c->tx_more, true);
-		wake(c->e);
+		if (!tx_left_to_poller(c))
+			wake(c->e);
 	}
 	return sent;
 }
@@ -751,7 +770,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		goto ended;
 	if (c->rx_armed && !atomic_exchange(&c->rx_more, false))
 		return;
-	if (now_ms() - atomic_load(&c->app_rx_ms) < GLUE_APP_POLL_MS) {
+	if (app_polls(c)) {
 		/* A thread polls this connection itself: leave the socket
 		 * to it rather than wake up for every message, and look
 		 * again once it has been quiet for a while. */
@@ -789,6 +808,16 @@ arm:
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
+	if (c->tls && conn_state(c) == GLUE_CONN_OPEN && app_polls(c)) {
+		/* A thread polls c: it encrypts and sends from its polls
+		 * (glue_conn_recv_now), as it reads. Leave the session to
+		 * it rather than take turns on its lock, and look again
+		 * soon in case it stops. */
+		atomic_store(&c->tx_deferred, true);
+		e->recheck = true;
+		return;
+	}
+	atomic_store(&c->tx_deferred, false);
 	pthread_mutex_lock(&c->tx_lock);
 	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
@@ -862,7 +891,7 @@ static int pump_all(struct glue_engine *e)
 			 * that completed at once (epoll): come back before
 			 * sleeping, as edge-triggered readiness will not. */
 			if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
-			    !c->tx_busy)
+			    !c->tx_busy && !atomic_load(&c->tx_deferred))
 				atomic_store(&e->pending, true);
 		}
 		if (conn_state(c) == GLUE_CONN_CLOSING ||
@@ -1081,6 +1110,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_end, 0);
 	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
+	atomic_init(&c->tx_deferred, false);
 	atomic_init(&c->st, &c->own_st);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{
