@@ -187,7 +187,14 @@ static bool app_polls(const struct glue_conn *c)
  * still does: waking the engine would only make it look and leave. */
 static bool tx_left_to_poller(const struct glue_conn *c)
 {
-	return c->tls && atomic_load(&c->tx_deferred) && app_polls(c);
+	return c->tls_on && atomic_load(&c->tx_deferred) && app_polls(c);
+}
+
+void glue_conn_polled(struct glue_conn *c)
+{
+	if (c->tls_on && !conn_stopped(c))
+		atomic_store_explicit(&c->app_rx_ms, now_ms(),
+				      memory_order_relaxed);
 }
 
 void glue_conn_kick(struct glue_conn *c)
@@ -1101,6 +1108,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->tsan_sync = tsan_link(fd);
 	/* The handshake ran before (glue_tls.h): the session is c's now. */
 	c->tls = glue_tls_take(fd);
+	c->tls_on = c->tls != NULL;
 	c->ops = ops;
 	c->arg = arg;
 	atomic_init(&c->kicked, false);
