@@ -565,13 +565,24 @@ void glue_rx_ready(struct glue_conn *c)
  * With a TLS session (glue_tls.h) the engine keeps its pump and only the
  * two socket calls change: a receive is SSL_read into the very iovecs
  * rx_want gave (the MR: OpenSSL has checked the record's tag before it
- * copies a plaintext octet there), and a send is one record gathered
- * from tx_fill's iovecs, sent from user space by the session's BIO
- * (non-blocking) rather than by an io_uring sendmsg; when the socket is
- * full the backend waits for writability (arm_tx) and the same record
- * is retried. A receive that stops at EAGAIN has left nothing decrypted
- * inside OpenSSL (SSL_read only says WANT_READ once its plaintext is
- * drained), so waiting for readability never strands an FPDU.
+ * copies a plaintext octet there), and a send is up to
+ * GLUE_TLS_TX_RECORDS records made from tx_fill's iovecs, sent from user
+ * space by the session's BIO (non-blocking) rather than by an io_uring
+ * sendmsg; when the socket is full the backend waits for writability
+ * (arm_tx) and the record OpenSSL holds is retried. A receive that stops
+ * at EAGAIN has left nothing decrypted inside OpenSSL (SSL_read only
+ * says WANT_READ once its plaintext is drained), so waiting for
+ * readability never strands an FPDU.
+ *
+ * A thread that polls a TLS connection (glue_conn_recv_now, or
+ * glue_conn_polled while its CQ has completions) also sends for it:
+ * its posts encrypt and send at once (glue_conn_send_now) and its empty
+ * polls retry what did not fit. While it polls, the engine leaves both
+ * sides of the session to it (pump_rx, pump_tx: tx_deferred), as the
+ * raw OpenSSL writer owns its session, instead of taking turns on the
+ * session's lock with it and waking up for every record; the engine
+ * looks again every GLUE_APP_POLL_MS and takes over once the thread
+ * stops polling or arms its CQ (glue_conn_release).
  */
 
 /* As recvmsg(2) into c->rx_iov[0..n). */
@@ -672,12 +683,13 @@ bool glue_conn_recv_now(struct glue_conn *c)
 		pthread_mutex_unlock(&c->rx_lock);
 		return false;
 	}
-	/* Through TLS a read holds the session's lock, which the engine's
-	 * SSL_write needs. While sends wait, look without that lock first
-	 * (rx_lock keeps c->tls and the socket from being finished under
-	 * us) and, if nothing is there to read, encrypt and send them here
-	 * rather than spin beside the engine. With nothing to send, as a
-	 * ping-pong waits, the look would only add a system call. */
+	/* Through TLS, while sends wait: look without the session's lock
+	 * first (a MSG_PEEK costs less than an empty SSL_read; rx_lock
+	 * keeps c->tls and the socket from being finished under us) and,
+	 * if nothing is there to read, encrypt and send them here (the
+	 * engine leaves them to this thread: "TLS" above). With nothing to
+	 * send, as a ping-pong waits, the look would only add a system
+	 * call. */
 	if (c->tls && atomic_load(&c->tx_more) && glue_tls_rx_idle(c->tls)) {
 		pthread_mutex_unlock(&c->rx_lock);
 		glue_conn_send_now(c);

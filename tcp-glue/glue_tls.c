@@ -9,11 +9,16 @@
  *    the iovecs the QP gave (rx_want: the MR, or the receive buffer). One
  *    user-space copy, and nothing that failed authentication is ever
  *    written into an MR.
- *  - transmit: the FPDU's iovecs (header, the user's SGEs, CRC) are
- *    gathered into a 16 KiB plaintext record buffer (the one user-space
- *    copy) so that bulk traffic goes out in full records rather than one
- *    tiny record per iovec; OpenSSL encrypts from there into its write
- *    buffer, which send() hands to the kernel.
+ *    With read-ahead, one recv takes what the socket holds (several
+ *    records) into that buffer rather than each record's header and
+ *    body apart.
+ *  - transmit: records of 16 KiB (bulk traffic in full records, not one
+ *    small record per iovec). A record whose octets lie in one iovec
+ *    (inside a large FPDU's payload: the user's buffer) is encrypted
+ *    straight from there, no copy; one that straddles iovecs (an FPDU
+ *    header and the start of its payload, small FPDUs) is gathered into
+ *    a 16 KiB plaintext buffer first, the one user-space copy. OpenSSL
+ *    encrypts into its write buffer, which send() hands to the kernel.
  */
 #include "glue_tls.h"
 
