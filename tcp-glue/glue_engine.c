@@ -630,10 +630,11 @@ static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
 
 /*
  * Receive until the socket runs dry or max receives; rx_lock held.
- * Returns 1 at EAGAIN, 0 at the limit, -1 at the end of the stream
- * (c->rx_end says how it ended).
+ * Returns 1 at EAGAIN (a polling thread through TLS: also once OpenSSL
+ * holds nothing more after a read), 0 at the limit, -1 at the end of
+ * the stream (c->rx_end says how it ended).
  */
-static int rx_drain(struct glue_conn *c, int max, bool *got)
+static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 {
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
@@ -656,6 +657,14 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 			 * ORD credit, a Terminate). */
 			if (done & GLUE_RX_SEND)
 				atomic_store(&c->tx_more, true);
+			/* A polling thread through TLS: once OpenSSL holds
+			 * nothing more, what arrived is placed and the CQ has
+			 * its completion; the read that would only find the
+			 * socket empty waits for the next poll. Anything
+			 * still in the socket is in the socket (readiness
+			 * still tells the engine), not in OpenSSL. */
+			if (poller && c->tls && !glue_tls_rx_buffered(c->tls))
+				return 1;
 			continue;
 		}
 		if (r < 0 && errno == EINTR)
@@ -695,7 +704,7 @@ bool glue_conn_recv_now(struct glue_conn *c)
 		glue_conn_send_now(c);
 		return false;
 	}
-	r = rx_drain(c, 8, &got);
+	r = rx_drain(c, 8, &got, true);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
@@ -802,7 +811,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		r = 1;
 		goto arm;
 	}
-	r = rx_drain(c, 16, &got);
+	r = rx_drain(c, 16, &got, false);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (got)
 		bp_active(e);

@@ -802,6 +802,11 @@ long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 	return ret;
 }
 
+bool glue_tls_rx_buffered(const struct glue_tls *t)
+{
+	return atomic_load_explicit(&t->rx_buffered, memory_order_acquire);
+}
+
 bool glue_tls_rx_idle(struct glue_tls *t)
 {
 	char octet;
@@ -828,6 +833,12 @@ long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)
 				return total ? total : r;
 			off += (size_t)r;
 			total += r;
+			/* Short, and OpenSSL holds nothing more: the next
+			 * read would only find the socket empty (a system
+			 * call), or find what just arrived, as the next
+			 * call will. A short count is as recvmsg's. */
+			if (off < iov[i].iov_len && !glue_tls_rx_buffered(t))
+				return total;
 		}
 	}
 	return total;

@@ -127,9 +127,11 @@ enum glue_tls_fail glue_tls_failure(const struct glue_tls *t);
  * -EAGAIN, or -EBADMSG (bad record, alert) / -ECONNRESET (truncated). */
 long glue_tls_read(struct glue_tls *t, void *buf, size_t len);
 
-/* Read into iov[0..n) in order until it is full or nothing more is
- * there; returns as glue_tls_read (n > 0 if anything arrived). Drains
- * what OpenSSL holds decrypted before touching the socket. */
+/* Read into iov[0..n) in order until it is full, nothing more is
+ * there, or a read came back short with nothing left inside OpenSSL
+ * (no read that would only find the socket empty); returns as
+ * glue_tls_read (n > 0 if anything arrived). Drains what OpenSSL holds
+ * decrypted before touching the socket. */
 long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n);
 
 /*
@@ -141,6 +143,11 @@ long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n);
  * answers false, for glue_tls_read to report.
  */
 bool glue_tls_rx_idle(struct glue_tls *t);
+
+/* OpenSSL held octets of a record after the last glue_tls_read (read
+ * ahead, or plaintext not taken yet): the next read finds them without
+ * the socket. */
+bool glue_tls_rx_buffered(const struct glue_tls *t);
 
 /* Write len octets as records: n > 0 taken, or -EAGAIN / -errno. A call
  * after -EAGAIN must pass the same octets again (OpenSSL's retry rule). */
