@@ -12,9 +12,14 @@
  * process, both ends), then SEND 8 B ping-pong latency (median and p99
  * round trip) with and without TLS.
  *
- *   wisp_tls_bench [--mib N] [--iters N] [--only raw|plain|tls|lat]
+ *   wisp_tls_bench [--mib N] [--iters N] [--rounds N]
+ *                  [--only raw|plain|tls|lat]
  *
- * --only runs one part alone (the others print as 0), for a profiler.
+ * --rounds runs every part N times in turn (raw, plain, tls, latency,
+ * then again) and prints the medians, and each round's ratios: on a
+ * shared machine a ratio of runs made moments apart is the steadier
+ * figure. --only runs one part alone (the others print as 0), for a
+ * profiler; a list (--only raw,tls) runs those.
  *
  * Not part of the test run: it measures, it does not check (the suites
  * do). Results go to stdout as a table.
@@ -489,11 +494,22 @@ static void wisp_lat(bool tls, int iters, double *med_us, double *p99_us)
 	side_fini(&p.a);
 }
 
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_d);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define MAX_ROUNDS 15
+
 int main(int argc, char **argv)
 {
 	uint64_t mib = 1024;
-	int iters = 20000;
-	double g[3] = { 0 }, c[3] = { 0 }, m[2] = { 0 }, p99[2] = { 0 };
+	int iters = 20000, rounds = 1;
+	/* [part][round]: raw, plain, tls; latency plain, tls */
+	double g[3][MAX_ROUNDS] = { { 0 } }, c[3][MAX_ROUNDS] = { { 0 } };
+	double wr[MAX_ROUNDS] = { 0 }, lr[MAX_ROUNDS] = { 0 };
+	double m[2][MAX_ROUNDS] = { { 0 } }, p99[2][MAX_ROUNDS] = { { 0 } };
 	const char *only = NULL;
 
 	for (int i = 1; i < argc; i++) {
@@ -501,44 +517,61 @@ int main(int argc, char **argv)
 			mib = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
 		else
 			die("usage: wisp_tls_bench [--mib N] [--iters N] "
-			    "[--only raw|plain|tls|lat]");
+			    "[--rounds N] [--only raw|plain|tls|lat]");
 	}
-	if (mib < 1 || iters < 100)
-		die("--mib >= 1, --iters >= 100");
+	if (mib < 1 || iters < 100 || rounds < 1 || rounds > MAX_ROUNDS)
+		die("--mib >= 1, --iters >= 100, --rounds 1..%d", MAX_ROUNDS);
 	psk_make();
-	if (only && strcmp(only, "raw") && strcmp(only, "plain") &&
-	    strcmp(only, "tls") && strcmp(only, "lat"))
-		die("--only: expected raw, plain, tls or lat");
-#define PART(name) (!only || !strcmp(only, name))
-	if (PART("raw"))
-		raw_tls(mib << 20, &g[0], &c[0]);
-	if (PART("plain"))
-		wisp_write(false, mib << 20, &g[1], &c[1]);
-	if (PART("tls"))
-		wisp_write(true, mib << 20, &g[2], &c[2]);
-	if (PART("lat")) {
-		wisp_lat(false, iters, &m[0], &p99[0]);
-		wisp_lat(true, iters, &m[1], &p99[1]);
+	if (only && !strstr(only, "raw") && !strstr(only, "plain") &&
+	    !strstr(only, "tls") && !strstr(only, "lat"))
+		die("--only: expected raw, plain, tls or lat, or a list");
+#define PART(name) (!only || strstr(only, name))
+	/* Each round runs every part asked for once, in turn, so that a ratio
+	 * compares runs made moments apart; the table gives medians. */
+	for (int r = 0; r < rounds; r++) {
+		if (PART("raw"))
+			raw_tls(mib << 20, &g[0][r], &c[0][r]);
+		if (PART("plain"))
+			wisp_write(false, mib << 20, &g[1][r], &c[1][r]);
+		if (PART("tls"))
+			wisp_write(true, mib << 20, &g[2][r], &c[2][r]);
+		if (PART("lat")) {
+			wisp_lat(false, iters, &m[0][r], &p99[0][r]);
+			wisp_lat(true, iters, &m[1][r], &p99[1][r]);
+		}
+		wr[r] = g[0][r] > 0 ? g[2][r] / g[0][r] : 0;
+		lr[r] = m[0][r] > 0 ? m[1][r] / m[0][r] : 0;
+		if (rounds > 1)
+			printf("round %d: WRITE TLS / raw TLS %.2f, SEND 8 B "
+			       "TLS / plaintext %.2f\n", r + 1, wr[r], lr[r]);
 	}
 #undef PART
 	unlink(psk_path);
 
 	printf("wisp_tls_bench: %" PRIu64 " MiB of 64 KiB writes, %d ping-pongs, "
-	       "TLS_AES_128_GCM_SHA256, 127.0.0.1\n", mib, iters);
+	       "TLS_AES_128_GCM_SHA256, 127.0.0.1, median of %d round%s\n",
+	       mib, iters, rounds, rounds > 1 ? "s" : "");
 	printf("%-34s %10s %14s\n", "WRITE 64 KiB", "GiB/s", "CPU s / GiB");
-	printf("%-34s %10.2f %14.2f\n", "raw OpenSSL TLS socket pair", g[0],
-	       c[0]);
-	printf("%-34s %10.2f %14.2f\n", "wisp, plaintext", g[1], c[1]);
-	printf("%-34s %10.2f %14.2f\n", "wisp, TLS", g[2], c[2]);
-	printf("%-34s %10.2f\n", "wisp TLS / raw TLS", g[2] / g[0]);
+	printf("%-34s %10.2f %14.2f\n", "raw OpenSSL TLS socket pair",
+	       median(g[0], rounds), median(c[0], rounds));
+	printf("%-34s %10.2f %14.2f\n", "wisp, plaintext",
+	       median(g[1], rounds), median(c[1], rounds));
+	printf("%-34s %10.2f %14.2f\n", "wisp, TLS", median(g[2], rounds),
+	       median(c[2], rounds));
+	printf("%-34s %10.2f\n", "wisp TLS / raw TLS", median(wr, rounds));
 	printf("%-34s %10s %14s\n", "SEND 8 B round trip", "median us",
 	       "p99 us");
-	printf("%-34s %10.1f %14.1f\n", "wisp, plaintext", m[0], p99[0]);
-	printf("%-34s %10.1f %14.1f\n", "wisp, TLS", m[1], p99[1]);
-	printf("%-34s %10.2f\n", "TLS / plaintext (median)", m[1] / m[0]);
+	printf("%-34s %10.1f %14.1f\n", "wisp, plaintext", median(m[0], rounds),
+	       median(p99[0], rounds));
+	printf("%-34s %10.1f %14.1f\n", "wisp, TLS", median(m[1], rounds),
+	       median(p99[1], rounds));
+	printf("%-34s %10.2f\n", "TLS / plaintext (median)",
+	       median(lr, rounds));
 	return 0;
 }

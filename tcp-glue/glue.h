@@ -154,6 +154,14 @@ bool glue_conn_send_now(struct glue_conn *c);
 bool glue_conn_recv_now(struct glue_conn *c);
 
 /*
+ * From a thread that polls for completions and found some (so it did not
+ * call glue_conn_recv_now): it is still polling c. On a TLS connection
+ * the engine then keeps leaving c's sends to it (glue_engine.c "TLS");
+ * nothing on a plaintext one.
+ */
+void glue_conn_polled(struct glue_conn *c);
+
+/*
  * From any thread: the thread that polled c is about to sleep (it armed a
  * completion channel): the engine takes the socket back at once instead
  * of after GLUE_APP_POLL_MS.

@@ -227,10 +227,35 @@ static bool ready_claim(struct glue_conn *c)
 	return !atomic_exchange(&c->queued, true);
 }
 
+/* A thread polled c itself within GLUE_APP_POLL_MS (glue_conn_recv_now;
+ * 0 after glue_conn_release). */
+static bool app_polls(const struct glue_conn *c)
+{
+	return now_ms() - atomic_load_explicit(&c->app_rx_ms,
+					       memory_order_relaxed) <
+	       GLUE_APP_POLL_MS;
+}
+
+/* TLS: the engine left sending on c to the thread that polls it, which
+ * still does: waking the engine would only make it look and leave. */
+static bool tx_left_to_poller(const struct glue_conn *c)
+{
+	return c->tls_on && atomic_load(&c->tx_deferred) && app_polls(c);
+}
+
+void glue_conn_polled(struct glue_conn *c)
+{
+	if (c->tls_on && !conn_stopped(c))
+		atomic_store_explicit(&c->app_rx_ms, now_ms(),
+				      memory_order_relaxed);
+}
+
 void glue_conn_kick(struct glue_conn *c)
 {
 	if (atomic_exchange(&c->kicked, true))
 		return;           /* already kicked, the engine will look */
+	if (tx_left_to_poller(c))
+		return;           /* the poller sends; the engine looks soon */
 	ready_kick(c);
 }
 
@@ -595,13 +620,24 @@ void glue_rx_ready(struct glue_conn *c)
  * With a TLS session (glue_tls.h) the engine keeps its pump and only the
  * two socket calls change: a receive is SSL_read into the very iovecs
  * rx_want gave (the MR: OpenSSL has checked the record's tag before it
- * copies a plaintext octet there), and a send is one record gathered
- * from tx_fill's iovecs, sent from user space by the session's BIO
- * (non-blocking) rather than by an io_uring sendmsg; when the socket is
- * full the backend waits for writability (arm_tx) and the same record
- * is retried. A receive that stops at EAGAIN has left nothing decrypted
- * inside OpenSSL (SSL_read only says WANT_READ once its plaintext is
- * drained), so waiting for readability never strands an FPDU.
+ * copies a plaintext octet there), and a send is up to
+ * GLUE_TLS_TX_RECORDS records made from tx_fill's iovecs, sent from user
+ * space by the session's BIO (non-blocking) rather than by an io_uring
+ * sendmsg; when the socket is full the backend waits for writability
+ * (arm_tx) and the record OpenSSL holds is retried. A receive that stops
+ * at EAGAIN has left nothing decrypted inside OpenSSL (SSL_read only
+ * says WANT_READ once its plaintext is drained), so waiting for
+ * readability never strands an FPDU.
+ *
+ * A thread that polls a TLS connection (glue_conn_recv_now, or
+ * glue_conn_polled while its CQ has completions) also sends for it:
+ * its posts encrypt and send at once (glue_conn_send_now) and its empty
+ * polls retry what did not fit. While it polls, the engine leaves both
+ * sides of the session to it (pump_rx, pump_tx: tx_deferred), as the
+ * raw OpenSSL writer owns its session, instead of taking turns on the
+ * session's lock with it and waking up for every record; the engine
+ * looks again every GLUE_APP_POLL_MS and takes over once the thread
+ * stops polling or arms its CQ (glue_conn_release).
  */
 
 /* As recvmsg(2) into c->rx_iov[0..n). */
@@ -649,10 +685,11 @@ static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
 
 /*
  * Receive until the socket runs dry or max receives; rx_lock held.
- * Returns 1 at EAGAIN, 0 at the limit, -1 at the end of the stream
- * (c->rx_end says how it ended).
+ * Returns 1 at EAGAIN (a polling thread through TLS: also once OpenSSL
+ * holds nothing more after a read), 0 at the limit, -1 at the end of
+ * the stream (c->rx_end says how it ended).
  */
-static int rx_drain(struct glue_conn *c, int max, bool *got)
+static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 {
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
@@ -675,6 +712,14 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 			 * ORD credit, a Terminate). */
 			if (done & GLUE_RX_SEND)
 				atomic_store(&c->tx_more, true);
+			/* A polling thread through TLS: once OpenSSL holds
+			 * nothing more, what arrived is placed and the CQ has
+			 * its completion; the read that would only find the
+			 * socket empty waits for the next poll. Anything
+			 * still in the socket is in the socket (readiness
+			 * still tells the engine), not in OpenSSL. */
+			if (poller && c->tls && !glue_tls_rx_buffered(c->tls))
+				return 1;
 			continue;
 		}
 		if (r < 0 && errno == EINTR)
@@ -702,18 +747,19 @@ bool glue_conn_recv_now(struct glue_conn *c)
 		pthread_mutex_unlock(&c->rx_lock);
 		return false;
 	}
-	/* Through TLS a read holds the session's lock, which the engine's
-	 * SSL_write needs. While sends wait, look without that lock first
-	 * (rx_lock keeps c->tls and the socket from being finished under
-	 * us) and, if nothing is there to read, encrypt and send them here
-	 * rather than spin beside the engine. With nothing to send, as a
-	 * ping-pong waits, the look would only add a system call. */
+	/* Through TLS, while sends wait: look without the session's lock
+	 * first (a MSG_PEEK costs less than an empty SSL_read; rx_lock
+	 * keeps c->tls and the socket from being finished under us) and,
+	 * if nothing is there to read, encrypt and send them here (the
+	 * engine leaves them to this thread: "TLS" above). With nothing to
+	 * send, as a ping-pong waits, the look would only add a system
+	 * call. */
 	if (c->tls && atomic_load(&c->tx_more) && glue_tls_rx_idle(c->tls)) {
 		pthread_mutex_unlock(&c->rx_lock);
 		glue_conn_send_now(c);
 		return false;
 	}
-	r = rx_drain(c, 8, &got);
+	r = rx_drain(c, 8, &got, true);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
@@ -794,7 +840,8 @@ out:
 	pthread_mutex_unlock(&c->tx_lock);
 	if (more) {
 		atomic_store(&c->tx_more, true);
-		ready_kick(c);
+		if (!tx_left_to_poller(c))
+			ready_kick(c);
 	}
 	return sent;
 }
@@ -815,7 +862,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		goto ended;
 	if (c->rx_armed && !atomic_exchange(&c->rx_more, false))
 		return;
-	if (now_ms() - atomic_load(&c->app_rx_ms) < GLUE_APP_POLL_MS) {
+	if (app_polls(c)) {
 		/* A thread polls this connection itself: leave the socket
 		 * to it rather than wake up for every message, and look
 		 * again once it has been quiet for a while. */
@@ -828,7 +875,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		r = 1;
 		goto arm;
 	}
-	r = rx_drain(c, 16, &got);
+	r = rx_drain(c, 16, &got, false);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (got)
 		bp_active(e);
@@ -853,6 +900,16 @@ arm:
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
+	if (c->tls && conn_state(c) == GLUE_CONN_OPEN && app_polls(c)) {
+		/* A thread polls c: it encrypts and sends from its polls
+		 * (glue_conn_recv_now), as it reads. Leave the session to
+		 * it rather than take turns on its lock, and look again
+		 * soon in case it stops. */
+		atomic_store(&c->tx_deferred, true);
+		c->recheck_at = now_ms() + GLUE_APP_POLL_MS;
+		return;
+	}
+	atomic_store(&c->tx_deferred, false);
 	pthread_mutex_lock(&c->tx_lock);
 	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
@@ -1060,7 +1117,7 @@ static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
 		 * completed at once (epoll): come back before sleeping, as
 		 * edge-triggered readiness will not. */
 		if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
-		    !c->tx_busy)
+		    !c->tx_busy && !atomic_load(&c->tx_deferred))
 			ready_push(c);
 	}
 	if ((conn_state(c) == GLUE_CONN_CLOSING ||
@@ -1278,6 +1335,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->tsan_sync = tsan_link(fd);
 	/* The handshake ran before (glue_tls.h): the session is c's now. */
 	c->tls = glue_tls_take(fd);
+	c->tls_on = c->tls != NULL;
 	c->ops = ops;
 	c->arg = arg;
 	c->heap_idx = -1;
@@ -1290,6 +1348,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_end, 0);
 	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
+	atomic_init(&c->tx_deferred, false);
 	atomic_init(&c->st, &c->own_st);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{

@@ -82,7 +82,12 @@ struct glue_conn {
 	 * engine never reads and writes it from two threads at once:
 	 * see glue_engine.c "TLS"). */
 	struct glue_tls *tls;
+	bool tls_on;              /* tls was set at glue_conn_add: fixed,
+				   * read by any thread */
 	bool tx_wait;             /* TLS: waiting for writability */
+	/* TLS: the engine leaves sending to the thread that polls c
+	 * (glue_engine.c "TLS"); it looks again within GLUE_APP_POLL_MS. */
+	atomic_bool tx_deferred;
 
 	/* epoll backend: the events armed (one-shot) */
 	uint32_t ep_want;

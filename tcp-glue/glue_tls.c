@@ -9,11 +9,16 @@
  *    the iovecs the QP gave (rx_want: the MR, or the receive buffer). One
  *    user-space copy, and nothing that failed authentication is ever
  *    written into an MR.
- *  - transmit: the FPDU's iovecs (header, the user's SGEs, CRC) are
- *    gathered into a 16 KiB plaintext record buffer (the one user-space
- *    copy) so that bulk traffic goes out in full records rather than one
- *    tiny record per iovec; OpenSSL encrypts from there into its write
- *    buffer, which send() hands to the kernel.
+ *    With read-ahead, one recv takes what the socket holds (several
+ *    records) into that buffer rather than each record's header and
+ *    body apart.
+ *  - transmit: records of 16 KiB (bulk traffic in full records, not one
+ *    small record per iovec). A record whose octets lie in one iovec
+ *    (inside a large FPDU's payload: the user's buffer) is encrypted
+ *    straight from there, no copy; one that straddles iovecs (an FPDU
+ *    header and the start of its payload, small FPDUs) is gathered into
+ *    a 16 KiB plaintext buffer first, the one user-space copy. OpenSSL
+ *    encrypts into its write buffer, which send() hands to the kernel.
  */
 #include "glue_tls.h"
 
@@ -38,6 +43,8 @@
 #include <openssl/x509v3.h>
 
 #define PSK_MAX 64
+/* OpenSSL's read buffer with read-ahead: four full records. */
+#define GLUE_TLS_READ_BUF (4 * (GLUE_TLS_RECORD + 256))
 
 struct glue_tls_ctx {
 	struct glue_tls_ctx *next;
@@ -64,8 +71,9 @@ struct glue_tls {
 	bool closed;              /* close_notify sent */
 	uint64_t since_update;
 	unsigned updates_sent;
-	uint8_t stage[GLUE_TLS_RECORD];
-	size_t staged;            /* > 0: a record waits (retry) */
+	uint8_t stage[GLUE_TLS_RECORD]; /* gathered plaintext */
+	size_t pend;              /* > 0: OpenSSL holds a record of this
+				   * many octets, partly sent (retry) */
 	/* OpenSSL holds octets of a record (SSL_has_pending) after the
 	 * last SSL_read: glue_tls_rx_idle must not look at the socket
 	 * alone then. Written under lock, read without it. */
@@ -391,6 +399,11 @@ static int ctx_setup(struct glue_tls_ctx *x, char *why, size_t whylen)
 	SSL_CTX_set_mode(s, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
 			 SSL_MODE_RELEASE_BUFFERS);
 	SSL_CTX_clear_mode(s, SSL_MODE_RELEASE_BUFFERS);
+	/* Read ahead: one recv takes whatever the socket holds, several
+	 * records at a time, rather than a 5-octet header and then the
+	 * body of each record (two system calls per record). */
+	SSL_CTX_set_read_ahead(s, 1);
+	SSL_CTX_set_default_read_buffer_len(s, GLUE_TLS_READ_BUF);
 	/* No resumption tickets: every connection authenticates afresh,
 	 * and no extra record follows the handshake. */
 	SSL_CTX_set_num_tickets(s, 0);
@@ -761,6 +774,15 @@ int glue_tls_handshake(struct glue_tls *t, int timeout_ms)
 	}
 }
 
+/* Before an SSL call whose failure SSL_get_error will classify: an
+ * empty error queue. Clearing one costs more than looking at it, and it
+ * is nearly always empty already (every failure path clears it). */
+static void err_fresh(void)
+{
+	if (ERR_peek_error())
+		ERR_clear_error();
+}
+
 long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 {
 	size_t n = 0;
@@ -771,13 +793,18 @@ long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&t->lock);
-	ERR_clear_error();
+	err_fresh();
 	r = SSL_read_ex(t->ssl, buf, len, &n);
 	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
 	atomic_store_explicit(&t->rx_buffered, SSL_has_pending(t->ssl) == 1,
 			      memory_order_release);
 	pthread_mutex_unlock(&t->lock);
 	return ret;
+}
+
+bool glue_tls_rx_buffered(const struct glue_tls *t)
+{
+	return atomic_load_explicit(&t->rx_buffered, memory_order_acquire);
 }
 
 bool glue_tls_rx_idle(struct glue_tls *t)
@@ -806,6 +833,12 @@ long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)
 				return total ? total : r;
 			off += (size_t)r;
 			total += r;
+			/* Short, and OpenSSL holds nothing more: the next
+			 * read would only find the socket empty (a system
+			 * call), or find what just arrived, as the next
+			 * call will. A short count is as recvmsg's. */
+			if (off < iov[i].iov_len && !glue_tls_rx_buffered(t))
+				return total;
 		}
 	}
 	return total;
@@ -821,64 +854,130 @@ long glue_tls_write(struct glue_tls *t, const void *buf, size_t len)
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&t->lock);
-	ERR_clear_error();
+	err_fresh();
 	r = SSL_write_ex(t->ssl, buf, len, &n);
 	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
 	pthread_mutex_unlock(&t->lock);
 	return ret ? ret : -ECONNRESET;
 }
 
-/* RFC 8446 4.6.3: KeyUpdate after key_update_bytes; update_not_requested
- * (the peer rotates its own keys by its own count), sent ahead of the
- * next record. */
-static void maybe_key_update(struct glue_tls *t, size_t n)
-{
-	uint64_t limit = t->ctx->cfg.key_update_bytes;
+/* A walk over the iovecs glue_tls_tx was given. */
+struct tx_cur {
+	const struct iovec *iov;
+	int n, i;
+	size_t off;
+};
 
-	if (!limit)
-		return;
-	t->since_update += n;
-	if (t->since_update < limit)
-		return;
-	pthread_mutex_lock(&t->lock);
-	if (SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) == 1)
-		t->updates_sent++;
-	pthread_mutex_unlock(&t->lock);
-	t->since_update = 0;
+static void cur_skip_empty(struct tx_cur *c)
+{
+	while (c->i < c->n && c->off >= c->iov[c->i].iov_len) {
+		c->i++;
+		c->off = 0;
+	}
+}
+
+/*
+ * The next record's plaintext, want octets (0: as many as a record
+ * holds, fewer if the iovecs end first): a pointer into the iovec when
+ * it holds them all (no copy), else gathered into t->stage. NULL when
+ * nothing is left, or fewer than want.
+ */
+static const void *cur_take(struct glue_tls *t, struct tx_cur *c,
+			    size_t want, size_t *len)
+{
+	size_t cap = want ? want : GLUE_TLS_RECORD, got = 0;
+
+	cur_skip_empty(c);
+	if (c->i >= c->n)
+		return NULL;
+	if (c->iov[c->i].iov_len - c->off >= cap) {
+		const uint8_t *p = (const uint8_t *)c->iov[c->i].iov_base +
+				   c->off;
+
+		c->off += cap;
+		*len = cap;
+		return p;
+	}
+	while (c->i < c->n && got < cap) {
+		size_t take = c->iov[c->i].iov_len - c->off;
+
+		if (take > cap - got)
+			take = cap - got;
+		memcpy(t->stage + got, (const uint8_t *)c->iov[c->i].iov_base +
+		       c->off, take);
+		got += take;
+		c->off += take;
+		cur_skip_empty(c);
+	}
+	if (want && got < want)
+		return NULL;
+	*len = got;
+	return t->stage;
 }
 
 long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n)
 {
-	long r;
+	struct tx_cur cur = { .iov = iov, .n = n };
+	uint64_t limit = t->ctx->cfg.key_update_bytes;
+	long taken = 0, ret;
 
-	if (!t->staged) {
-		for (int i = 0; i < n && t->staged < GLUE_TLS_RECORD; i++) {
-			size_t take = iov[i].iov_len;
+	pthread_mutex_lock(&t->lock);
+	for (int rec = 0; rec < GLUE_TLS_TX_RECORDS; rec++) {
+		size_t len = 0, w = 0;
+		const void *p = cur_take(t, &cur, t->pend, &len);
+		int r;
 
-			if (take > GLUE_TLS_RECORD - t->staged)
-				take = GLUE_TLS_RECORD - t->staged;
-			memcpy(t->stage + t->staged, iov[i].iov_base, take);
-			t->staged += take;
+		if (!p) {
+			/* A record to retry needs the octets it was made
+			 * of: the caller passes them again (glue_tls.h). */
+			ret = t->pend && !taken ? -EINVAL : taken;
+			goto out;
 		}
-		if (!t->staged)
-			return 0;
+		err_fresh();
+		r = SSL_write_ex(t->ssl, p, len, &w);
+		if (r != 1) {
+			ret = ssl_fail(t, r, false);
+			if (ret == -EAGAIN) {
+				/* OpenSSL holds the record, partly sent: the
+				 * next call passes the same octets again. */
+				t->pend = len;
+				if (taken)
+					ret = taken;
+			} else if (!ret) {
+				ret = -ECONNRESET;
+			}
+			goto out;
+		}
+		t->pend = 0;
+		taken += (long)len;
 	}
-	r = glue_tls_write(t, t->stage, t->staged);
-	if (r < 0)
-		return r;
-	t->staged = 0;
-	maybe_key_update(t, (size_t)r);
-	return r;
+	ret = taken;
+out:
+	/* RFC 8446 4.6.3: KeyUpdate after key_update_bytes,
+	 * update_not_requested (the peer rotates its own keys by its own
+	 * count); sent ahead of the next record. Not while a record waits
+	 * for its retry (OpenSSL refuses then): at the next call. */
+	if (taken > 0 && limit) {
+		t->since_update += (uint64_t)taken;
+		if (t->since_update >= limit && !t->pend &&
+		    SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) == 1) {
+			t->updates_sent++;
+			t->since_update = 0;
+		}
+		err_fresh();
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
 }
 
 bool glue_tls_tx_pending(const struct glue_tls *t)
 {
-	return t->staged > 0;
+	return t->pend > 0;
 }
 
 void glue_tls_close_notify(struct glue_tls *t)
 {
-	if (t->closed || t->staged)
+	if (t->closed || t->pend)
 		return;
 	t->closed = true;
 	pthread_mutex_lock(&t->lock);

@@ -127,9 +127,11 @@ enum glue_tls_fail glue_tls_failure(const struct glue_tls *t);
  * -EAGAIN, or -EBADMSG (bad record, alert) / -ECONNRESET (truncated). */
 long glue_tls_read(struct glue_tls *t, void *buf, size_t len);
 
-/* Read into iov[0..n) in order until it is full or nothing more is
- * there; returns as glue_tls_read (n > 0 if anything arrived). Drains
- * what OpenSSL holds decrypted before touching the socket. */
+/* Read into iov[0..n) in order until it is full, nothing more is
+ * there, or a read came back short with nothing left inside OpenSSL
+ * (no read that would only find the socket empty); returns as
+ * glue_tls_read (n > 0 if anything arrived). Drains what OpenSSL holds
+ * decrypted before touching the socket. */
 long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n);
 
 /*
@@ -142,20 +144,33 @@ long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n);
  */
 bool glue_tls_rx_idle(struct glue_tls *t);
 
+/* OpenSSL held octets of a record after the last glue_tls_read (read
+ * ahead, or plaintext not taken yet): the next read finds them without
+ * the socket. */
+bool glue_tls_rx_buffered(const struct glue_tls *t);
+
 /* Write len octets as records: n > 0 taken, or -EAGAIN / -errno. A call
  * after -EAGAIN must pass the same octets again (OpenSSL's retry rule). */
 long glue_tls_write(struct glue_tls *t, const void *buf, size_t len);
 
+/* glue_tls_tx makes at most this many records per call. */
+#define GLUE_TLS_TX_RECORDS 4
+
 /*
- * The engine's transmit step: gather iov[0..n) into one record of up to
- * GLUE_TLS_RECORD octets (unless a record is waiting from an -EAGAIN, in
- * which case iov is ignored) and send it. Returns the plaintext octets
- * now handed to TLS (> 0), -EAGAIN (wait for POLLOUT; nothing taken), or
- * -errno. Counts octets for KeyUpdate.
+ * The engine's transmit step: iov[0..n) as up to GLUE_TLS_TX_RECORDS
+ * records of GLUE_TLS_RECORD octets (the last one shorter if the iovecs
+ * end), each sent as it is made. A record whose octets lie in one iovec
+ * is encrypted from there; one that straddles iovecs (an FPDU header and
+ * its payload, small FPDUs) is gathered into the session's buffer first.
+ * Returns the plaintext octets now handed to TLS (> 0), -EAGAIN (wait
+ * for POLLOUT; nothing taken), or -errno. After a record met a full
+ * socket, OpenSSL holds it and the next call must pass the same octets
+ * again from the first one not taken (as after a partial sendmsg); a
+ * call that passes fewer gets -EINVAL. Counts octets for KeyUpdate.
  */
 long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n);
 
-/* True if a record gathered by glue_tls_tx waits to be sent. */
+/* True if a record made by glue_tls_tx waits to be sent. */
 bool glue_tls_tx_pending(const struct glue_tls *t);
 
 /* Send close_notify (best effort, non-blocking). */

@@ -349,8 +349,18 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 
 	if (num_entries <= 0)
 		return 0;
-	if (!cq_empty(cq))
+	if (!cq_empty(cq)) {
+		/* Still a polling thread for these streams, though it does
+		 * not receive this time (TLS: it keeps sending for them). */
+		if (atomic_load(&cq->nconns) &&
+		    atomic_load(&cq->armed) == CQ_DISARMED &&
+		    !pthread_mutex_trylock(&cq->conns_lock)) {
+			for (int i = 0; i < atomic_load(&cq->nconns); i++)
+				glue_conn_polled(cq->conns[i]);
+			pthread_mutex_unlock(&cq->conns_lock);
+		}
 		return cq_take(cq, num_entries, wc);
+	}
 	/* Empty: a polling thread receives for its QPs itself rather than
 	 * wait for the engine to wake up, which is most of a small
 	 * message's latency. Not when the CQ is armed: that thread is
