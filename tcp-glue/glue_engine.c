@@ -601,9 +601,12 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 {
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
+		size_t asked = 0;
 		ssize_t r;
 		int err, done;
 
+		for (int j = 0; j < n; j++)
+			asked += c->rx_iov[j].iov_len;
 		r = conn_recv(c, n);
 		err = errno;
 		glue_stat_rx(c, r, err, glue_on_engine(c->e));
@@ -620,6 +623,14 @@ static int rx_drain(struct glue_conn *c, int max, bool *got)
 			 * ORD credit, a Terminate). */
 			if (done & GLUE_RX_SEND)
 				atomic_store(&c->tx_more, true);
+			/* Less than asked for: TCP had no more queued, and
+			 * another recvmsg would only say EAGAIN, a system
+			 * call on every small message's path. Both backends
+			 * wait for readiness level-triggered, so what comes
+			 * meanwhile is not missed. Not through TLS, whose
+			 * read stops at a record's end. */
+			if (!c->tls && (size_t)r < asked)
+				return 1;
 			continue;
 		}
 		if (r < 0 && errno == EINTR)
@@ -660,6 +671,9 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	}
 	r = rx_drain(c, 8, &got);
 	pthread_mutex_unlock(&c->rx_lock);
+	if (got)
+		atomic_store_explicit(&c->app_got_ms, now_ms(),
+				      memory_order_relaxed);
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
 		atomic_store(&c->rx_more, true);
@@ -735,6 +749,25 @@ out:
 	return sent;
 }
 
+/*
+ * Does a thread receive on c itself (glue_conn_recv_now)? Only if it
+ * polled lately and its polls found octets lately: a thread that polls a
+ * CQ that merely waits for send completions (reaping them now and then)
+ * and then waits for WRITEs by watching memory, as ib_write_lat and
+ * many RDMA servers do, never receives what arrives in between, and an
+ * engine staying off the socket would leave those WRITEs unplaced until
+ * it looked again, GLUE_APP_POLL_MS later.
+ */
+static bool app_polls(const struct glue_conn *c)
+{
+	int64_t t = now_ms();
+
+	return t - atomic_load_explicit(&c->app_rx_ms,
+					memory_order_relaxed) < GLUE_APP_POLL_MS &&
+	       t - atomic_load_explicit(&c->app_got_ms,
+					memory_order_relaxed) < GLUE_APP_POLL_MS;
+}
+
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 {
 	bool got = false;
@@ -751,7 +784,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		goto ended;
 	if (c->rx_armed && !atomic_exchange(&c->rx_more, false))
 		return;
-	if (now_ms() - atomic_load(&c->app_rx_ms) < GLUE_APP_POLL_MS) {
+	if (app_polls(c)) {
 		/* A thread polls this connection itself: leave the socket
 		 * to it rather than wake up for every message, and look
 		 * again once it has been quiet for a while. */
@@ -1081,6 +1114,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_end, 0);
 	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
+	atomic_init(&c->app_got_ms, 0);
 	atomic_init(&c->st, &c->own_st);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{

@@ -14,8 +14,8 @@
 #include "glue_stats.h"
 
 #define GLUE_CLOSE_DEADLINE_MS 2000
-/* How long after a thread last polled a connection itself the engine
- * stays off its socket. */
+/* How long after a thread last polled a connection itself, and received
+ * octets on it, the engine stays off its socket. */
 #define GLUE_APP_POLL_MS 2
 
 /*
@@ -53,6 +53,7 @@ struct glue_conn {
 	atomic_bool close_req;    /* the owner asked for a graceful close */
 	atomic_int rx_end;        /* 0, -1 end of stream, or an errno */
 	_Atomic int64_t app_rx_ms; /* last glue_conn_recv_now() call */
+	_Atomic int64_t app_got_ms; /* last one that received octets */
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;
