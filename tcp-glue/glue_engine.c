@@ -671,9 +671,6 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	}
 	r = rx_drain(c, 8, &got);
 	pthread_mutex_unlock(&c->rx_lock);
-	if (got)
-		atomic_store_explicit(&c->app_got_ms, now_ms(),
-				      memory_order_relaxed);
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
 		atomic_store(&c->rx_more, true);
@@ -749,25 +746,6 @@ out:
 	return sent;
 }
 
-/*
- * Does a thread receive on c itself (glue_conn_recv_now)? Only if it
- * polled lately and its polls found octets lately: a thread that polls a
- * CQ that merely waits for send completions (reaping them now and then)
- * and then waits for WRITEs by watching memory, as ib_write_lat and
- * many RDMA servers do, never receives what arrives in between, and an
- * engine staying off the socket would leave those WRITEs unplaced until
- * it looked again, GLUE_APP_POLL_MS later.
- */
-static bool app_polls(const struct glue_conn *c)
-{
-	int64_t t = now_ms();
-
-	return t - atomic_load_explicit(&c->app_rx_ms,
-					memory_order_relaxed) < GLUE_APP_POLL_MS &&
-	       t - atomic_load_explicit(&c->app_got_ms,
-					memory_order_relaxed) < GLUE_APP_POLL_MS;
-}
-
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 {
 	bool got = false;
@@ -784,7 +762,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		goto ended;
 	if (c->rx_armed && !atomic_exchange(&c->rx_more, false))
 		return;
-	if (app_polls(c)) {
+	if (now_ms() - atomic_load(&c->app_rx_ms) < GLUE_APP_POLL_MS) {
 		/* A thread polls this connection itself: leave the socket
 		 * to it rather than wake up for every message, and look
 		 * again once it has been quiet for a while. */
@@ -911,8 +889,24 @@ static int pump_all(struct glue_engine *e)
 		    !c->tx_busy)
 			conn_finish(e, c);   /* c may be freed from here on */
 	}
-	if (e->recheck && (soonest < 0 || soonest - now > GLUE_APP_POLL_MS))
-		return GLUE_APP_POLL_MS;
+	/*
+	 * A connection that a thread polls itself is looked at again after
+	 * recheck_ms, to take it back once the polling stopped. Each look
+	 * is a wake-up of the engine, which on a small host takes the CPU
+	 * from that very thread: while the polling goes on, look half as
+	 * often each time, up to GLUE_APP_POLL_MAX_MS, which bounds how long
+	 * octets can wait in a socket nobody polls any more.
+	 */
+	if (!e->recheck) {
+		e->recheck_ms = GLUE_APP_POLL_MS;
+	} else {
+		int wait = e->recheck_ms;
+
+		e->recheck_ms = wait * 2 > GLUE_APP_POLL_MAX_MS ?
+				GLUE_APP_POLL_MAX_MS : wait * 2;
+		if (soonest < 0 || soonest - now > wait)
+			return wait;
+	}
 	if (soonest < 0)
 		return -1;
 	return (int)(soonest - now > 0 ? soonest - now : 1);
@@ -995,6 +989,7 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	bp_set_budget(e, e->bp_max_ns);
 	e->bp_hold_ns = BP_HOLD_MIN_NS;
 	e->bp_woke_after_ns = -1;
+	e->recheck_ms = GLUE_APP_POLL_MS;
 	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
 	ret = e->be->init(e);
 	if (ret && kind == GLUE_AUTO) {
@@ -1114,7 +1109,6 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_end, 0);
 	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
-	atomic_init(&c->app_got_ms, 0);
 	atomic_init(&c->st, &c->own_st);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{

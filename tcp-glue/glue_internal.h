@@ -14,9 +14,12 @@
 #include "glue_stats.h"
 
 #define GLUE_CLOSE_DEADLINE_MS 2000
-/* How long after a thread last polled a connection itself, and received
- * octets on it, the engine stays off its socket. */
+/* How long after a thread last polled a connection itself the engine
+ * stays off its socket. While threads keep polling, the engine looks
+ * again after GLUE_APP_POLL_MS, then twice as long each time up to
+ * GLUE_APP_POLL_MAX_MS (glue_engine.c, pump_all). */
 #define GLUE_APP_POLL_MS 2
+#define GLUE_APP_POLL_MAX_MS 8
 
 /*
  * The life of a connection. It only moves down this list, on the engine
@@ -53,7 +56,6 @@ struct glue_conn {
 	atomic_bool close_req;    /* the owner asked for a graceful close */
 	atomic_int rx_end;        /* 0, -1 end of stream, or an errno */
 	_Atomic int64_t app_rx_ms; /* last glue_conn_recv_now() call */
-	_Atomic int64_t app_got_ms; /* last one that received octets */
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;
@@ -148,6 +150,7 @@ struct glue_engine {
 	atomic_bool stop;
 	struct glue_conn *conns;
 	bool recheck;             /* a pass skipped a polled connection */
+	int recheck_ms;           /* when to look at it again */
 
 	/* Busy polling (glue_engine.c "Busy polling"), engine thread. */
 	int64_t bp_max_ns;        /* WISP_BUSY_POLL_US; 0: never spin */
