@@ -239,9 +239,9 @@ Test(stats, exact_counts, .timeout = 60)
 /*
  * A thread that finds a CQ empty receives on the QP's socket itself (and
  * keeps the engine off it) only if what arrives can complete there: from
- * the receive CQ, yes, every poll; from the send CQ of a QP with nothing
- * in its SQ, no: such a thread may be about to wait for WRITEs by
- * watching memory (ib_write_lat), which only the engine can place.
+ * the receive CQ, yes, every poll; from the send CQ of a QP with no READ
+ * out, no: such a thread may be about to wait for WRITEs by watching
+ * memory (ib_write_lat), which only the engine can place.
  * Counted as sock_rx_empty, the receives that found the socket empty.
  */
 #define EMPTY_POLLS 1000

@@ -294,14 +294,14 @@ void wisp_cq_put(struct wisp_cq *cq)
 }
 
 void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c,
-		      const struct rdmap_ring *sq)
+		      const struct rdmap_qp *sends)
 {
 	int n;
 
 	pthread_mutex_lock(&cq->conns_lock);
 	n = atomic_load(&cq->nconns);
 	cq->conns[n].conn = c;
-	cq->conns[n].sq = sq;
+	cq->conns[n].sends = sends;
 	atomic_store(&cq->nconns, n + 1);
 	pthread_mutex_unlock(&cq->conns_lock);
 }
@@ -365,10 +365,7 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		for (int i = 0; i < atomic_load(&cq->nconns); i++) {
 			const struct wisp_cq_stream *s = &cq->conns[i];
 
-			if (!s->sq || atomic_load_explicit(&s->sq->tail,
-					memory_order_relaxed) !=
-				      atomic_load_explicit(&s->sq->head,
-					memory_order_relaxed))
+			if (!s->sends || rdmap_qp_reads_out(s->sends))
 				glue_conn_recv_now(s->conn);
 		}
 		pthread_mutex_unlock(&cq->conns_lock);
