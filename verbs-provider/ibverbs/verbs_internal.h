@@ -88,7 +88,7 @@ int wisp_cq_get(struct wisp_cq *cq);
 /* The QP no longer uses cq (its stream is off the list). */
 void wisp_cq_put(struct wisp_cq *cq);
 
-/* Put c on cq's list of streams (room was made by wisp_cq_get); sq as
+/* Put c on cq's list of streams (room was made by wisp_cq_get); sends as
  * struct wisp_cq_stream says. */
 void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c,
 		      const struct rdmap_qp *sends);
