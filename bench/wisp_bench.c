@@ -11,6 +11,8 @@
  *   RDMA READ 64 KiB             vs  pipelined 16-octet request /
  *                                    64 KiB response
  *   SEND 8 octets ping-pong      vs  8-octet write/read ping-pong
+ *   WRITE 8 octets ping-pong,    vs  the same TCP ping-pong, and the
+ *   receivers polling memory         SEND ping-pong of the same run
  *
  * docs/benchmarks.md defines each baseline exactly; keep the two in step.
  * The first and the last message of every bandwidth run are checked
@@ -81,6 +83,7 @@ enum test_id {
 	T_WRITE_4K,
 	T_READ_64K,
 	T_SEND_LAT,
+	T_WRITE_LAT,
 	T_COUNT,
 };
 
@@ -96,7 +99,15 @@ static const struct test_desc tests[T_COUNT] = {
 	[T_WRITE_4K] = { "write_4k", "RDMA WRITE 4 KiB", 4 * KIB },
 	[T_READ_64K] = { "read_64k", "RDMA READ 64 KiB", 64 * KIB },
 	[T_SEND_LAT] = { "send_lat", "SEND 8 B latency", LAT_MSG },
+	[T_WRITE_LAT] = { "write_lat", "WRITE 8 B latency, memory polled",
+			  LAT_MSG },
 };
+
+/* The ping-pongs: latency figures (a lower median is better). */
+static bool is_lat(int t)
+{
+	return t == T_SEND_LAT || t == T_WRITE_LAT;
+}
 
 #define MAX_ENGINES 2
 
@@ -124,7 +135,8 @@ struct meas {
 struct results {
 	struct meas wisp[MAX_ENGINES][T_COUNT];
 	struct meas tcp[T_COUNT];
-	struct meas tcp_polled;   /* ping-pong, TCP waiting as wisp does */
+	/* ping-pongs: TCP waiting as wisp does */
+	struct meas tcp_polled[T_COUNT];
 };
 
 /* ------------------------------------------------------------------ */
@@ -1122,6 +1134,139 @@ static void wisp_lat(struct pair *p, const struct cfg *c, struct meas *m)
 	free(rtt);
 }
 
+/*
+ * The memory-polling ping-pong (what ib_write_lat does): each side waits
+ * for the peer's 8-octet RDMA WRITE by reading the first 8 octets of its
+ * own buffer until they hold the value expected (or STOP_WORD), without
+ * calling wisp; only the engine thread can place the WRITE. All 8 octets
+ * must match, so a copy seen half done does not count.
+ */
+
+/* Not instrumented by ThreadSanitizer: the octets are placed by another
+ * thread with nothing the program can synchronise with, as a NIC places
+ * them, which is the pattern this test measures. volatile: read memory
+ * every time. */
+__attribute__((no_sanitize("thread"), noinline))
+static uint64_t mem_read8(const uint8_t *p)
+{
+	return *(const volatile uint64_t *)(const volatile void *)p;
+}
+
+/* Wait until the word at p reads v or STOP_WORD: busy spins, yield and
+ * event (there is no channel to sleep on) give the CPU away between
+ * looks. */
+static uint64_t mem_wait(const uint8_t *p, uint64_t v, enum poll_mode mode,
+			 const char *what)
+{
+	uint64_t give_up = 0;
+	unsigned int spins = 0;
+
+	for (;;) {
+		uint64_t x = mem_read8(p);
+
+		if (x == v || x == STOP_WORD)
+			return x;
+		if (mode != POLL_BUSY)
+			sched_yield();
+		if (++spins % 4096)
+			continue;
+		if (!give_up)
+			give_up = now_ns() + STALL_MS * 1000000ull;
+		else if (now_ns() > give_up)
+			die("%s: nothing placed for %d ms", what, STALL_MS);
+	}
+}
+
+/* An 8-octet inline RDMA WRITE of v into the first octets of peer's
+ * buffer. */
+static void post_write8(struct side *s, const struct side *peer, uint64_t v,
+			bool signaled)
+{
+	uint8_t *src = s->buf + 64;   /* not the word polled */
+	struct ibv_sge sge = { .addr = (uintptr_t)src, .length = 8,
+			       .lkey = s->mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = v, .sg_list = &sge, .num_sge = 1,
+		.opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_INLINE |
+			      (signaled ? IBV_SEND_SIGNALED : 0),
+	}, *bad;
+	int ret;
+
+	wr.wr.rdma.remote_addr = (uintptr_t)peer->buf;
+	wr.wr.rdma.rkey = peer->mr->rkey;
+	memcpy(src, &v, 8);
+	ret = ibv_post_send(s->qp, &wr, &bad);
+	if (ret)
+		die("ibv_post_send (WRITE 8): %s", strerror(ret));
+}
+
+struct wecho_args {
+	struct side *s;
+	const struct side *peer;
+	enum poll_mode mode;
+};
+
+static void *wisp_write_echo(void *arg)
+{
+	struct wecho_args *e = arg;
+
+	for (uint64_t i = 0;; i++) {
+		uint64_t v = mem_wait(e->s->buf, i + 1, e->mode,
+				      "WRITE ping-pong echo");
+
+		if (v == STOP_WORD)
+			return NULL;
+		post_write8(e->s, e->peer, v,
+			    i % SIGNAL_EVERY == SIGNAL_EVERY - 1);
+		reap_sends(e->s);
+	}
+}
+
+static void wisp_write_lat(struct pair *p, const struct cfg *c,
+			   struct meas *m)
+{
+	struct wecho_args echo = { &p->b, &p->a, c->lat_poll };
+	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
+	struct lat_clock k;
+	struct ibv_wc wc;
+	pthread_t th;
+	uint64_t t;
+	double c0;
+
+	if (!rtt)
+		die("out of memory");
+	/* Nothing is in flight between runs: the last run's STOP_WORD was
+	 * placed before its echo thread ended. */
+	memset(p->a.buf, 0, 8);
+	memset(p->b.buf, 0, 8);
+	if (pthread_create(&th, NULL, wisp_write_echo, &echo))
+		die("pthread_create failed");
+	c0 = cpu_s();
+	lat_clock_start(&k, c);
+	while ((t = lat_clock_next(&k, c))) {
+		uint64_t v = k.i + 1, got;
+
+		post_write8(&p->a, &p->b, v,
+			    k.i % SIGNAL_EVERY == SIGNAL_EVERY - 1);
+		got = mem_wait(p->a.buf, v, c->lat_poll, "WRITE ping-pong");
+		if (got != v)
+			die("wisp WRITE ping-pong: got %" PRIu64 ", expected %"
+			    PRIu64, got, v);
+		lat_clock_done(&k, rtt, t);
+		reap_sends(&p->a);
+	}
+	m->cpu = (cpu_s() - c0) / ((double)(now_ns() - k.t0) / 1e9);
+	post_write8(&p->a, &p->b, STOP_WORD, true);
+	pthread_join(th, NULL);
+	do {
+		bcq_wait(&p->a.scq, &wc, 1, c->lat_poll,
+			 "WRITE ping-pong: last WRITE");
+	} while (wc.wr_id != STOP_WORD);
+	lat_stats(rtt, k.n, m);
+	free(rtt);
+}
+
 /* ------------------------------------------------------------------ */
 /* Reporting                                                          */
 /* ------------------------------------------------------------------ */
@@ -1131,14 +1276,25 @@ static const char *engine_label(const char *env)
 	return strcmp(env, "epoll") ? "io_uring" : "epoll";
 }
 
-/* The issue's first targets: WRITE 64 KiB >= 0.8 x TCP, latency <= 1.5 x. */
+/* The issue's first target: WRITE 64 KiB >= 0.8 x TCP. */
 static const char *target_of(enum test_id t, double ratio, bool p99)
 {
+	(void)p99;
 	if (t == T_WRITE_64K)
 		return ratio >= 0.8 ? ">= 0.80  met" : ">= 0.80  MISSED";
-	if (t == T_SEND_LAT && !p99)
-		return ratio <= 1.5 ? "<= 1.50  met" : "<= 1.50  MISSED";
 	return "";
+}
+
+/* Issue 13's latency targets, each against the row's baseline: the SEND
+ * ping-pong's median <= 1.10 x and p99 <= 1.5 x polled TCP, the WRITE
+ * ping-pong's median <= 1.3 x the SEND ping-pong's. */
+static const char *lat_target(double ratio, double goal)
+{
+	static char buf[32];
+
+	snprintf(buf, sizeof(buf), "<= %.2f  %s", goal,
+		 ratio <= goal ? "met" : "MISSED");
+	return buf;
 }
 
 static void print_row(const char *title, const char *engine, double w,
@@ -1170,7 +1326,12 @@ static void print_table(const struct cfg *c, const struct results *r)
 			const struct meas *w = &r->wisp[e][t];
 			const char *eng = engine_label(c->engine[e]);
 
-			if (t != T_SEND_LAT) {
+			const struct meas *pol = &r->tcp_polled[t];
+			const struct meas *snd = &r->wisp[e][T_SEND_LAT];
+			const char *nm = t == T_SEND_LAT ? "SEND" : "WRITE";
+			char row[40];
+
+			if (!is_lat(t)) {
 				print_row(tests[t].title, eng, w->value,
 					  tcp->value, "Gbit/s", 2,
 					  target_of((enum test_id)t,
@@ -1178,23 +1339,34 @@ static void print_table(const struct cfg *c, const struct results *r)
 						    false));
 				continue;
 			}
-			print_row("SEND 8 B lat, median", eng, w->value,
-				  tcp->value, "us", 2,
-				  target_of(T_SEND_LAT, w->value / tcp->value,
-					    false));
-			print_row("SEND 8 B lat, p99", eng, w->p99, tcp->p99,
-				  "us", 2, "");
-			if (!r->tcp_polled.done)
-				continue;
-			print_row("  vs TCP polled, median", eng, w->value,
-				  r->tcp_polled.value, "us", 2, "");
-			print_row("  vs TCP polled, p99", eng, w->p99,
-				  r->tcp_polled.p99, "us", 2, "");
+			snprintf(row, sizeof(row), "%s 8 B lat, median", nm);
+			print_row(row, eng, w->value, tcp->value, "us", 2, "");
+			snprintf(row, sizeof(row), "%s 8 B lat, p99", nm);
+			print_row(row, eng, w->p99, tcp->p99, "us", 2, "");
+			if (pol->done) {
+				print_row("  vs TCP polled, median", eng,
+					  w->value, pol->value, "us", 2,
+					  t == T_SEND_LAT ?
+					  lat_target(w->value / pol->value,
+						     1.10) : "");
+				print_row("  vs TCP polled, p99", eng, w->p99,
+					  pol->p99, "us", 2,
+					  t == T_SEND_LAT ?
+					  lat_target(w->p99 / pol->p99, 1.5) :
+					  "");
+			}
+			if (t == T_WRITE_LAT && snd->done)
+				print_row("  vs SEND ping-pong, median", eng,
+					  w->value, snd->value, "us", 2,
+					  lat_target(w->value / snd->value,
+						     1.3));
 		}
 	}
 	printf("\nGbit/s = 10^9 bit/s of payload; latency = round trip / 2. "
 	       "Ratio = wisp / raw TCP.\nraw TCP latency: blocking sockets; "
-	       "\"TCP polled\": MSG_DONTWAIT, waiting as wisp does (%s).\n",
+	       "\"TCP polled\": MSG_DONTWAIT, waiting as wisp does (%s).\n"
+	       "WRITE ping-pong: each side polls the word the peer writes, "
+	       "no CQ (ib_write_lat).\n",
 	       poll_name[c->lat_poll]);
 }
 
@@ -1206,10 +1378,10 @@ static void csv_row(FILE *f, const char *run, const char *host,
 	fprintf(f, "%s,%s,%s,%s,%s,%s,%u,%u,%s,%.4f,%.4f,%.4f,%" PRIu64
 		",%" PRIu64 ",%.2f,%.2f,%.1f,%u,%s,%d,%.2f,%s\n", run, host, engine,
 		c->crc ? "on" : "off", tests[t].key, metric, tests[t].size,
-		t == T_SEND_LAT ? 1 : c->window, unit, w, tv,
+		is_lat(t) ? 1 : c->window, unit, w, tv,
 		tv > 0 ? w / tv : 0.0, wm->count, tm->count, wm->cpu, tm->cpu,
 		c->seconds, c->repeat,
-		poll_name[t == T_SEND_LAT ? c->lat_poll : c->bw_poll],
+		poll_name[is_lat(t) ? c->lat_poll : c->bw_poll],
 		c->one_engine ? 1 : 2, c->load, WISP_BENCH_BUILD_TYPE);
 }
 
@@ -1237,24 +1409,33 @@ static void write_csv(const struct cfg *c, const struct results *r,
 			const struct meas *w = &r->wisp[e][t], *tc = &r->tcp[t];
 			const char *eng = engine_label(c->engine[e]);
 
-			if (t != T_SEND_LAT) {
-				csv_row(f, run, u.nodename, eng, c,
-					(enum test_id)t, "bandwidth", "Gbit/s",
-					w->value, tc->value, w, tc);
+			const struct meas *pol = &r->tcp_polled[t];
+			const struct meas *snd = &r->wisp[e][T_SEND_LAT];
+			enum test_id ti = (enum test_id)t;
+
+			if (!is_lat(t)) {
+				csv_row(f, run, u.nodename, eng, c, ti,
+					"bandwidth", "Gbit/s", w->value,
+					tc->value, w, tc);
 				continue;
 			}
-			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT, "p50",
-				"us", w->value, tc->value, w, tc);
-			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT, "p99",
-				"us", w->p99, tc->p99, w, tc);
-			if (!r->tcp_polled.done)
-				continue;
-			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT,
-				"p50_tcp_polled", "us", w->value,
-				r->tcp_polled.value, w, &r->tcp_polled);
-			csv_row(f, run, u.nodename, eng, c, T_SEND_LAT,
-				"p99_tcp_polled", "us", w->p99,
-				r->tcp_polled.p99, w, &r->tcp_polled);
+			csv_row(f, run, u.nodename, eng, c, ti, "p50", "us",
+				w->value, tc->value, w, tc);
+			csv_row(f, run, u.nodename, eng, c, ti, "p99", "us",
+				w->p99, tc->p99, w, tc);
+			if (pol->done) {
+				csv_row(f, run, u.nodename, eng, c, ti,
+					"p50_tcp_polled", "us", w->value,
+					pol->value, w, pol);
+				csv_row(f, run, u.nodename, eng, c, ti,
+					"p99_tcp_polled", "us", w->p99,
+					pol->p99, w, pol);
+			}
+			/* The "tcp" column holds the SEND ping-pong's. */
+			if (t == T_WRITE_LAT && snd->done)
+				csv_row(f, run, u.nodename, eng, c, ti,
+					"p50_send_lat", "us", w->value,
+					snd->value, w, snd);
 		}
 	}
 	if (fclose(f))
@@ -1286,13 +1467,14 @@ static void usage(FILE *f)
 "  --engine E      uring, epoll or both (default: WISP_ENGINE if set,\n"
 "                  else uring when the kernel allows it, else epoll)\n"
 "  --tests LIST    comma-separated subset of write_64k,write_1m,\n"
-"                  write_4k,read_64k,send_lat (all)\n"
+"                  write_4k,read_64k,send_lat,write_lat (all)\n"
 "  --bw-poll M     how bandwidth runs wait for completions: busy (spin on\n"
 "                  ibv_poll_cq), yield (spin, sched_yield() when the CQ\n"
 "                  is empty) or event (sleep on the completion channel).\n"
 "                  Default: busy with 4 CPUs or more, else yield\n"
 "  --lat-poll M    the same for the ping-pongs, same default; the TCP\n"
-"                  ping-pong is then also run polled that way\n"
+"                  ping-pong is then also run polled that way. The WRITE\n"
+"                  ping-pong polls memory: busy spins, the others yield\n"
 "  --one-engine    both QPs in one device context: one engine thread\n"
 "                  serves both ends (default: one per end, as two hosts)\n"
 "  --no-tcp        skip the TCP baselines (to profile wisp alone)\n"
@@ -1359,7 +1541,8 @@ static void tests_arg(struct cfg *c, const char *s)
 				break;
 		if (t == T_COUNT)
 			bad_option("--tests: unknown test '%s' (write_64k, "
-				   "write_1m, write_4k, read_64k, send_lat)", tok);
+				   "write_1m, write_4k, read_64k, send_lat, write_lat)",
+				   tok);
 		c->run[t] = true;
 	}
 	free(dup);
@@ -1543,7 +1726,7 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 static void keep_best(struct meas *best, const struct meas *m,
 		      enum test_id t)
 {
-	if (!best->done || (t == T_SEND_LAT ? m->value < best->value :
+	if (!best->done || (is_lat(t) ? m->value < best->value :
 			    m->value > best->value))
 		*best = *m;
 }
@@ -1566,6 +1749,9 @@ static void run_wisp(struct pair *p, const struct cfg *c, int e,
 		break;
 	case T_SEND_LAT:
 		wisp_lat(p, c, m);
+		break;
+	case T_WRITE_LAT:
+		wisp_write_lat(p, c, m);
 		break;
 	default:
 		die("no such test %d", t);
@@ -1607,6 +1793,7 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 			    &run);
 		break;
 	case T_SEND_LAT:
+	case T_WRITE_LAT:
 		tcp_lat(c, POLL_EVENT, &run);
 		if (c->lat_poll == POLL_EVENT)
 			break;
@@ -1616,7 +1803,7 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 			fprintf(stderr, "  raw TCP        %s, polled ...\n",
 				tests[t].title);
 			tcp_lat(c, c->lat_poll, &polled);
-			keep_best(&r->tcp_polled, &polled, t);
+			keep_best(&r->tcp_polled[t], &polled, t);
 		}
 		break;
 	default:

@@ -140,6 +140,11 @@ struct rdmap_ring *rdmap_qp_sq(struct rdmap_qp *qp)
 	return &qp->sq;
 }
 
+bool rdmap_qp_reads_out(const struct rdmap_qp *qp)
+{
+	return atomic_load_explicit(&qp->ord_out, memory_order_relaxed) != 0;
+}
+
 struct rdmap_ring *rdmap_qp_rq(struct rdmap_qp *qp)
 {
 	return &qp->rq;

@@ -188,6 +188,9 @@ void rdmap_qp_destroy(struct rdmap_qp *qp);
 /* The rings, filled by the application side (under its post lock). */
 struct rdmap_ring *rdmap_qp_sq(struct rdmap_qp *qp);
 struct rdmap_ring *rdmap_qp_rq(struct rdmap_qp *qp);
+/* Any thread, without the QP's lock (a hint: it may change at once):
+ * are Read Requests out that wait for their responses? */
+bool rdmap_qp_reads_out(const struct rdmap_qp *qp);
 
 /* Start moving data over a fresh stream. Returns 0 or -EINVAL. */
 int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s);

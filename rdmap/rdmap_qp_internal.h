@@ -128,6 +128,8 @@ struct rdmap_qp {
 	struct ord_entry *ord;
 	uint32_t ord_size, ord_head, ord_tail;
 	uint32_t ord_limit;
+	/* ord_tail - ord_head, for rdmap_qp_reads_out() on any thread. */
+	_Atomic uint32_t ord_out;
 	bool rtr_pending;         /* initiator: RTR still to send */
 	bool tx_hold;             /* responder: RTR not yet received */
 	bool nudge_pending;       /* a zero-length Write is to go out */

@@ -196,6 +196,8 @@ static void end_read_resp(struct rdmap_qp *qp, uint32_t plen)
 			m->done = true;
 	}
 	qp->ord_head++;
+	atomic_store_explicit(&qp->ord_out, qp->ord_tail - qp->ord_head,
+			      memory_order_relaxed);
 	qp_sq_advance(qp);
 }
 

@@ -163,6 +163,8 @@ static int tx_rtr(struct rdmap_qp *qp)
 	h.rreq.src_stag = RTR_STAG;
 	*o = (struct ord_entry){ .wr_idx = -1, .sink_stag = RTR_STAG };
 	qp->ord_tail++;
+	atomic_store_explicit(&qp->ord_out, qp->ord_tail - qp->ord_head,
+			      memory_order_relaxed);
 	return batch_add(qp, &h, NULL, 0, -1, -1, NULL, 0, false);
 }
 
@@ -380,6 +382,8 @@ static int tx_segment(struct rdmap_qp *qp)
 			.sink_to = s->addr, .size = s->length,
 		};
 		qp->ord_tail++;
+		atomic_store_explicit(&qp->ord_out, qp->ord_tail - qp->ord_head,
+				      memory_order_relaxed);
 		qp->meta[c->idx & (qp->sq.size - 1)].reads_out++;
 		c->read_off += s->length;
 		c->next_read++;

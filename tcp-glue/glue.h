@@ -162,6 +162,15 @@ bool glue_conn_recv_now(struct glue_conn *c);
 void glue_conn_polled(struct glue_conn *c);
 
 /*
+ * From a thread that polls for completions, found none, and does not
+ * receive on c (its CQ gets nothing from what arrives on c): on a TLS
+ * connection it sends what waits, as glue_conn_recv_now would, and the
+ * engine keeps leaving c's sends to it; the engine keeps receiving.
+ * Nothing on a plaintext one.
+ */
+void glue_conn_send_poll(struct glue_conn *c);
+
+/*
  * From any thread: the thread that polled c is about to sleep (it armed a
  * completion channel): the engine takes the socket back at once instead
  * of after GLUE_APP_POLL_MS.

@@ -227,27 +227,46 @@ static bool ready_claim(struct glue_conn *c)
 	return !atomic_exchange(&c->queued, true);
 }
 
-/* A thread polled c itself within GLUE_APP_POLL_MS (glue_conn_recv_now;
- * 0 after glue_conn_release). */
+static bool within_poll_ms(const _Atomic int64_t *at)
+{
+	return now_ms() - atomic_load_explicit(at, memory_order_relaxed) <
+	       GLUE_APP_POLL_MS;
+}
+
+/* A thread received on c itself within GLUE_APP_POLL_MS
+ * (glue_conn_recv_now; 0 after glue_conn_release). */
 static bool app_polls(const struct glue_conn *c)
 {
-	return now_ms() - atomic_load_explicit(&c->app_rx_ms,
-					       memory_order_relaxed) <
-	       GLUE_APP_POLL_MS;
+	return within_poll_ms(&c->app_rx_ms);
+}
+
+/* TLS: a polling thread sent for c within GLUE_APP_POLL_MS. */
+static bool app_sends(const struct glue_conn *c)
+{
+	return c->tls_on && within_poll_ms(&c->app_tx_ms);
 }
 
 /* TLS: the engine left sending on c to the thread that polls it, which
  * still does: waking the engine would only make it look and leave. */
 static bool tx_left_to_poller(const struct glue_conn *c)
 {
-	return c->tls_on && atomic_load(&c->tx_deferred) && app_polls(c);
+	return atomic_load(&c->tx_deferred) && app_sends(c);
 }
 
 void glue_conn_polled(struct glue_conn *c)
 {
 	if (c->tls_on && !conn_stopped(c))
-		atomic_store_explicit(&c->app_rx_ms, now_ms(),
+		atomic_store_explicit(&c->app_tx_ms, now_ms(),
 				      memory_order_relaxed);
+}
+
+void glue_conn_send_poll(struct glue_conn *c)
+{
+	if (!c->tls_on || conn_stopped(c))
+		return;
+	atomic_store_explicit(&c->app_tx_ms, now_ms(), memory_order_relaxed);
+	if (atomic_load(&c->tx_more))
+		glue_conn_send_now(c);
 }
 
 void glue_conn_kick(struct glue_conn *c)
@@ -597,7 +616,9 @@ static bool busy_poll(struct glue_engine *e)
 
 void glue_conn_release(struct glue_conn *c)
 {
-	if (!atomic_exchange(&c->app_rx_ms, 0))
+	bool sent = atomic_exchange(&c->app_tx_ms, 0) != 0;
+
+	if (!atomic_exchange(&c->app_rx_ms, 0) && !sent)
 		return;           /* the engine was not staying off it */
 	atomic_store(&c->rx_more, true);
 	ready_kick(c);
@@ -630,14 +651,18 @@ void glue_rx_ready(struct glue_conn *c)
  * readability never strands an FPDU.
  *
  * A thread that polls a TLS connection (glue_conn_recv_now, or
- * glue_conn_polled while its CQ has completions) also sends for it:
- * its posts encrypt and send at once (glue_conn_send_now) and its empty
- * polls retry what did not fit. While it polls, the engine leaves both
- * sides of the session to it (pump_rx, pump_tx: tx_deferred), as the
- * raw OpenSSL writer owns its session, instead of taking turns on the
- * session's lock with it and waking up for every record; the engine
- * looks again every GLUE_APP_POLL_MS and takes over once the thread
- * stops polling or arms its CQ (glue_conn_release).
+ * glue_conn_polled while its CQ has completions, or glue_conn_send_poll
+ * when its CQ gets nothing from what arrives) also sends for it: its
+ * posts encrypt and send at once (glue_conn_send_now) and its empty
+ * polls retry what did not fit. While it polls, the engine leaves the
+ * sending side of the session to it (pump_tx: tx_deferred, app_tx_ms),
+ * as the raw OpenSSL writer owns its session, instead of taking turns on
+ * the session's lock with it and waking up for every record; it leaves
+ * the receiving side too only while that thread receives (pump_rx,
+ * app_rx_ms), so a thread that reaps send completions alone never keeps
+ * the engine off what arrives. The engine looks again every
+ * GLUE_APP_POLL_MS and takes over once the thread stops polling or arms
+ * its CQ (glue_conn_release).
  */
 
 /* As recvmsg(2) into c->rx_iov[0..n). */
@@ -693,16 +718,22 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 {
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
+		size_t asked = 0;
 		ssize_t r;
 		int err, done;
 
+		for (int j = 0; j < n; j++)
+			asked += c->rx_iov[j].iov_len;
 		r = conn_recv(c, n);
 		err = errno;
-		glue_stat_rx(c, r, err, glue_on_engine(c->e));
 		if (r > 0)
 			TSAN_RECEIVED(c);
 		/* Always, so that the owner knows the copy is over. */
 		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
+		/* Counted once the owner has them: what the statistics say
+		 * arrived is placed (a reader that waits for the counters
+		 * to meet the peer's may then read the memory). */
+		glue_stat_rx(c, r, err, glue_on_engine(c->e));
 		errno = err;
 		if (r > 0) {
 			*got = true;
@@ -719,6 +750,14 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 			 * still in the socket is in the socket (readiness
 			 * still tells the engine), not in OpenSSL. */
 			if (poller && c->tls && !glue_tls_rx_buffered(c->tls))
+				return 1;
+			/* Less than asked for: TCP had no more queued, and
+			 * another recvmsg would only say EAGAIN, a system
+			 * call on every small message's path. Both backends
+			 * wait for readiness level-triggered, so what comes
+			 * meanwhile is not missed. Not through TLS, whose
+			 * read stops at a record's end. */
+			if (!c->tls && (size_t)r < asked)
 				return 1;
 			continue;
 		}
@@ -741,6 +780,9 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	if (conn_stopped(c))
 		return false;
 	atomic_store_explicit(&c->app_rx_ms, now_ms(), memory_order_relaxed);
+	if (c->tls_on)
+		atomic_store_explicit(&c->app_tx_ms, now_ms(),
+				      memory_order_relaxed);
 	if (pthread_mutex_trylock(&c->rx_lock))
 		return false;
 	if (conn_stopped(c)) {
@@ -865,10 +907,18 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	if (app_polls(c)) {
 		/* A thread polls this connection itself: leave the socket
 		 * to it rather than wake up for every message, and look
-		 * again once it has been quiet for a while. */
-		c->recheck_at = now_ms() + GLUE_APP_POLL_MS;
+		 * again to take it back once the polling stopped. Each look
+		 * is a wake-up of the engine, which on a small host takes
+		 * the CPU from that very thread: while the polling goes on,
+		 * look half as often each time, up to GLUE_APP_POLL_MAX_MS,
+		 * which bounds how long octets can wait in a socket nobody
+		 * polls any more. */
+		c->recheck_at = now_ms() + c->recheck_ms;
+		c->recheck_ms = c->recheck_ms * 2 > GLUE_APP_POLL_MAX_MS ?
+				GLUE_APP_POLL_MAX_MS : c->recheck_ms * 2;
 		return;
 	}
+	c->recheck_ms = GLUE_APP_POLL_MS;
 	if (pthread_mutex_trylock(&c->rx_lock)) {
 		/* A polling thread is draining the socket: it reads until
 		 * EAGAIN, so waiting for readiness again loses nothing. */
@@ -900,7 +950,7 @@ arm:
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
-	if (c->tls && conn_state(c) == GLUE_CONN_OPEN && app_polls(c)) {
+	if (c->tls && conn_state(c) == GLUE_CONN_OPEN && app_sends(c)) {
 		/* A thread polls c: it encrypts and sends from its polls
 		 * (glue_conn_recv_now), as it reads. Leave the session to
 		 * it rather than take turns on its lock, and look again
@@ -1339,6 +1389,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->ops = ops;
 	c->arg = arg;
 	c->heap_idx = -1;
+	c->recheck_ms = GLUE_APP_POLL_MS;
 	atomic_init(&c->queued, false);
 	atomic_init(&c->kicked, false);
 	/* The engine asks tx_fill at once, and calls the timer. */
@@ -1348,6 +1399,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->rx_end, 0);
 	atomic_init(&c->state, GLUE_CONN_OPEN);
 	atomic_init(&c->app_rx_ms, 0);
+	atomic_init(&c->app_tx_ms, 0);
 	atomic_init(&c->tx_deferred, false);
 	atomic_init(&c->st, &c->own_st);
 	pthread_mutex_init(&c->rx_lock, NULL);

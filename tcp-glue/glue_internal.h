@@ -15,8 +15,11 @@
 
 #define GLUE_CLOSE_DEADLINE_MS 2000
 /* How long after a thread last polled a connection itself the engine
- * stays off its socket. */
+ * stays off its socket. While threads keep polling, the engine looks
+ * again after GLUE_APP_POLL_MS, then twice as long each time up to
+ * GLUE_APP_POLL_MAX_MS (glue_engine.c, pump_rx). */
 #define GLUE_APP_POLL_MS 2
+#define GLUE_APP_POLL_MAX_MS 8
 
 /*
  * The life of a connection. It only moves down this list, on the engine
@@ -48,6 +51,7 @@ struct glue_conn {
 	int heap_idx;
 	int64_t due;
 	int64_t recheck_at;       /* look again then (0: no need) */
+	int recheck_ms;           /* the next look's delay while polled */
 	int fd;
 	const struct glue_conn_ops *ops;
 	void *arg;
@@ -63,6 +67,10 @@ struct glue_conn {
 	atomic_bool close_req;    /* the owner asked for a graceful close */
 	atomic_int rx_end;        /* 0, -1 end of stream, or an errno */
 	_Atomic int64_t app_rx_ms; /* last glue_conn_recv_now() call */
+	/* TLS: last time a polling thread sent for c (glue_conn_recv_now,
+	 * glue_conn_polled, glue_conn_send_poll): the engine leaves c's
+	 * sends to it meanwhile (glue_engine.c "TLS"). */
+	_Atomic int64_t app_tx_ms;
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;

@@ -237,6 +237,47 @@ Test(stats, exact_counts, .timeout = 60)
 }
 
 /*
+ * A thread that finds a CQ empty receives on the QP's socket itself (and
+ * keeps the engine off it) only if what arrives can complete there: from
+ * the receive CQ, yes, every poll; from the send CQ of a QP with no READ
+ * out, no: such a thread may be about to wait for WRITEs by watching
+ * memory (ib_write_lat), which only the engine can place.
+ * Counted as sock_rx_empty, the receives that found the socket empty.
+ */
+#define EMPTY_POLLS 1000
+
+Test(stats, empty_send_cq_leaves_the_socket_to_the_engine, .timeout = 60)
+{
+	const struct wisp_stats_counts *ca;
+	const struct wisp_stats_file *f;
+	struct dp_pair p;
+	struct ibv_wc wc;
+	uint64_t before, after_scq, after_rcq;
+
+	stats_dir();
+	dp_setup(&p, &defaults);
+	f = own_file();
+	ca = qp_counts(f, p.a.qp);
+	before = V(ca, sock.rx_empty);
+	for (int i = 0; i < EMPTY_POLLS; i++)
+		cr_assert_eq(ibv_poll_cq(p.a.scq, 1, &wc), 0);
+	after_scq = V(ca, sock.rx_empty);
+	for (int i = 0; i < EMPTY_POLLS; i++)
+		cr_assert_eq(ibv_poll_cq(p.a.rcq, 1, &wc), 0);
+	after_rcq = V(ca, sock.rx_empty);
+	cr_assert_lt(after_scq - before, EMPTY_POLLS,
+		     "%llu empty receives while polling the send CQ",
+		     (unsigned long long)(after_scq - before));
+	/* Nearly every poll: one that finds the engine at the socket (its
+	 * first visits after it adopted the connection) skips it. */
+	cr_assert_geq(after_rcq - after_scq, EMPTY_POLLS * 9 / 10,
+		      "%llu empty receives while polling the receive CQ",
+		      (unsigned long long)(after_rcq - after_scq));
+	dp_teardown(&p, &defaults);
+	stats_dir_rm();
+}
+
+/*
  * wisp's large-FPDU extension (docs/wire-formats.md) between two wisp
  * peers on a connection whose MSS is an Ethernet link's (1448, MTU 1500
  * with timestamps): with WISP_BIG_FPDU on (the default) a 64 KiB WRITE

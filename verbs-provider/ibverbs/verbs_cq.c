@@ -272,8 +272,8 @@ int wisp_cq_get(struct wisp_cq *cq)
 	pthread_mutex_lock(&cq->conns_lock);
 	if (atomic_load(&cq->users) == cq->conns_cap) {
 		int cap = cq->conns_cap ? 2 * cq->conns_cap : 4;
-		struct glue_conn **n = realloc(cq->conns,
-					       (size_t)cap * sizeof(*n));
+		struct wisp_cq_stream *n = realloc(cq->conns,
+						   (size_t)cap * sizeof(*n));
 
 		if (!n) {
 			ret = ENOMEM;
@@ -293,13 +293,15 @@ void wisp_cq_put(struct wisp_cq *cq)
 	atomic_fetch_sub(&cq->users, 1);
 }
 
-void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c)
+void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c,
+		      const struct rdmap_qp *sends)
 {
 	int n;
 
 	pthread_mutex_lock(&cq->conns_lock);
 	n = atomic_load(&cq->nconns);
-	cq->conns[n] = c;
+	cq->conns[n].conn = c;
+	cq->conns[n].sends = sends;
 	atomic_store(&cq->nconns, n + 1);
 	pthread_mutex_unlock(&cq->conns_lock);
 }
@@ -313,7 +315,7 @@ void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c)
 	pthread_mutex_lock(&cq->conns_lock);
 	n = atomic_load(&cq->nconns);
 	for (int i = 0; i < n; i++) {
-		if (cq->conns[i] == c) {
+		if (cq->conns[i].conn == c) {
 			cq->conns[i] = cq->conns[n - 1];
 			atomic_store(&cq->nconns, n - 1);
 			break;
@@ -356,21 +358,28 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		    atomic_load(&cq->armed) == CQ_DISARMED &&
 		    !pthread_mutex_trylock(&cq->conns_lock)) {
 			for (int i = 0; i < atomic_load(&cq->nconns); i++)
-				glue_conn_polled(cq->conns[i]);
+				glue_conn_polled(cq->conns[i].conn);
 			pthread_mutex_unlock(&cq->conns_lock);
 		}
 		return cq_take(cq, num_entries, wc);
 	}
 	/* Empty: a polling thread receives for its QPs itself rather than
 	 * wait for the engine to wake up, which is most of a small
-	 * message's latency. Not when the CQ is armed: that thread is
-	 * about to sleep on the channel and the engine must keep going.
+	 * message's latency, on the streams that can complete here
+	 * (struct wisp_cq_stream). Not when the CQ is armed: that thread
+	 * is about to sleep on the channel and the engine must keep going.
 	 * Another poller at it: skip. */
 	if (atomic_load(&cq->nconns) &&
 	    atomic_load(&cq->armed) == CQ_DISARMED &&
 	    !pthread_mutex_trylock(&cq->conns_lock)) {
-		for (int i = 0; i < atomic_load(&cq->nconns); i++)
-			glue_conn_recv_now(cq->conns[i]);
+		for (int i = 0; i < atomic_load(&cq->nconns); i++) {
+			const struct wisp_cq_stream *s = &cq->conns[i];
+
+			if (!s->sends || rdmap_qp_reads_out(s->sends))
+				glue_conn_recv_now(s->conn);
+			else
+				glue_conn_send_poll(s->conn);
+		}
 		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	return cq_empty(cq) ? 0 : cq_take(cq, num_entries, wc);
@@ -387,7 +396,7 @@ int wisp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	if (atomic_load(&cq->nconns)) {
 		pthread_mutex_lock(&cq->conns_lock);
 		for (int i = 0; i < atomic_load(&cq->nconns); i++)
-			glue_conn_release(cq->conns[i]);
+			glue_conn_release(cq->conns[i].conn);
 		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	/* Arming "any" over "solicited" widens it; never narrow it. */

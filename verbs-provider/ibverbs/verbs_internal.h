@@ -57,9 +57,24 @@ struct wisp_cq {
 	 * itself. The array has room for one per user, so adding never
 	 * fails. */
 	pthread_mutex_t conns_lock;
-	struct glue_conn **conns;
+	struct wisp_cq_stream *conns;
 	atomic_int nconns;
 	int conns_cap;
+};
+
+/*
+ * A stream on a CQ's list, with the QP core whose send completions come
+ * there: NULL when the CQ is the QP's receive CQ, whose completions come
+ * from what arrives. A send CQ gets a completion from what arrives only
+ * while Read Requests wait for their responses (rdmap_qp_reads_out), so
+ * only then does a poller that finds it empty receive, and keep the
+ * engine off the socket (glue_conn_recv_now). A thread that reaps send
+ * completions and then waits for WRITEs by watching memory leaves the
+ * stream to the engine.
+ */
+struct wisp_cq_stream {
+	struct glue_conn *conn;
+	const struct rdmap_qp *sends;
 };
 
 static inline struct wisp_cq *to_wcq(struct ibv_cq *cq)
@@ -73,8 +88,10 @@ int wisp_cq_get(struct wisp_cq *cq);
 /* The QP no longer uses cq (its stream is off the list). */
 void wisp_cq_put(struct wisp_cq *cq);
 
-/* Put c on cq's list of streams (room was made by wisp_cq_get). */
-void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c);
+/* Put c on cq's list of streams (room was made by wisp_cq_get); sends as
+ * struct wisp_cq_stream says. */
+void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c,
+		      const struct rdmap_qp *sends);
 /* Take c off it; returns once no poller is receiving on c. */
 void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c);
 

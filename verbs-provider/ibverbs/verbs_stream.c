@@ -248,9 +248,9 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 	glue_conn_set_stats(c, wisp_stats_qp_sock(qp->stats));
 	/* From now on a thread polling an empty CQ of the QP may receive
 	 * on the stream itself. */
-	wisp_cq_add_conn(qp->scq, c);
+	wisp_cq_add_conn(qp->scq, c, qp->rcq == qp->scq ? NULL : qp->core);
 	if (qp->rcq != qp->scq)
-		wisp_cq_add_conn(qp->rcq, c);
+		wisp_cq_add_conn(qp->rcq, c, NULL);
 	/* WRs posted between start and now were not kicked. */
 	glue_conn_kick(c);
 	return 0;
