@@ -161,7 +161,7 @@ static ssize_t do_sendv(int fd, const struct iovec *iov, int cnt, int flags)
 	while (!ret && left) {
 		struct ibv_sge sge[2];
 		uint8_t inl[256];
-		uint32_t xfer;
+		uint32_t xfer = 0;
 		int n, sflags;
 
 		ret = next_xfer(rs, flags, &olen, left, &xfer);
@@ -502,7 +502,7 @@ size_t riowrite(int socket, const void *buf, size_t count, off_t offset,
 		struct rsk_iomap iom;
 		struct ibv_sge sge[2];
 		uint8_t inl[256];
-		uint32_t xfer;
+		uint32_t xfer = 0;
 		int n, sflags;
 
 		if (!find_iomap(rs, off, &iom)) {
