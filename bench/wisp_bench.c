@@ -62,7 +62,7 @@
 #define TCP_MIN_BYTES     (1ull << 30) /* TCP baselines move at least this */
 #define STAMP_MAGIC       0x5749535042454e43ull /* "WISPBENC" */
 #define STOP_WORD         UINT64_MAX   /* ping-pong: "no more, do not echo" */
-#define MAX_BACKGROUND    16           /* --background busy loops */
+#define MAX_BACKGROUND    16u          /* --background busy loops */
 #define BACKGROUND_MAX_S  900          /* each loop ends by itself after */
 #define MAX_THREADS       64           /* --threads: threads looked at */
 
