@@ -326,7 +326,8 @@ void glue_conn_free(struct glue_conn *c)
  * connection may hold a large buffer, the engine looks at them all every
  * GLUE_IDLE_MS, clears the mark of those that moved and trims those that
  * did not. Nothing is looked at, and the engine never wakes for this,
- * while every connection is quiet and small.
+ * while every connection is quiet and small; a mark made on another
+ * thread while the engine sleeps is acted on when it next wakes.
  */
 
 /* Something moved on c (engine or a polling / posting thread). */
