@@ -20,6 +20,7 @@
  * with exit status 1.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -36,10 +37,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +64,9 @@
 #define TCP_MIN_BYTES     (1ull << 30) /* TCP baselines move at least this */
 #define STAMP_MAGIC       0x5749535042454e43ull /* "WISPBENC" */
 #define STOP_WORD         UINT64_MAX   /* ping-pong: "no more, do not echo" */
+#define MAX_BACKGROUND    16u          /* --background busy loops */
+#define BACKGROUND_MAX_S  900          /* each loop ends by itself after */
+#define MAX_THREADS       64           /* --threads: threads looked at */
 
 #ifndef WISP_BENCH_BUILD_TYPE
 #define WISP_BENCH_BUILD_TYPE "unknown"
@@ -115,6 +122,8 @@ struct cfg {
 	double seconds;
 	unsigned int iters, warmup, window, repeat;
 	bool crc, one_engine, tcp;
+	bool threads;             /* --threads: CPU per thread per run */
+	unsigned int background;  /* --background N busy loops */
 	double load;              /* 1-minute load average at the start */
 	enum poll_mode bw_poll, lat_poll;
 	const char *engine[MAX_ENGINES];  /* WISP_ENGINE values */
@@ -174,6 +183,131 @@ static double cpu_s(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
 	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * CPU seconds per GiB of payload moved, from a bandwidth run's figures:
+ * cpu CPUs busy (process CPU time over wall time) while gbps Gbit/s
+ * moved. 0 if nothing moved.
+ */
+static double cpu_per_gib(double cpu, double gbps)
+{
+	return gbps > 0 ? cpu * 8.0 * (double)(1u << 30) / (gbps * 1e9) : 0;
+}
+
+/* ---- --threads: what each thread of the process did during a run ---- */
+
+struct thr {
+	int tid;
+	char name[20];
+	unsigned long long ticks;   /* utime + stime, in clock ticks */
+};
+
+/* Every thread of this process now; returns their number. */
+static int thr_snap(struct thr *t, int max)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while (n < max && (de = readdir(d))) {
+		char path[300], line[512], *rp;
+		unsigned long long ut, st;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		rp = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		fclose(f);
+		/* After "pid (comm)": state and 10 fields, then utime, stime. */
+		if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+				  "%*u %*u %llu %llu", &ut, &st) != 2)
+			continue;
+		t[n].tid = atoi(de->d_name);
+		t[n].ticks = ut + st;
+		{
+			char *lp = strchr(line, '(');
+			size_t len = lp ? (size_t)(rp - lp - 1) : 0;
+
+			if (len >= sizeof(t[n].name))
+				len = sizeof(t[n].name) - 1;
+			memcpy(t[n].name, lp ? lp + 1 : "", len);
+			t[n].name[len] = 0;
+		}
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Print the threads that used CPU between snapshot a (process CPU time
+ * cpu0) and now, over wall seconds: name and CPUs (CPU time over wall
+ * time), how many used more than a tenth of a CPU, and the process's
+ * total, which also counts threads that ended meanwhile (the TCP
+ * baselines' second thread). */
+static void thr_report(const struct thr *a, int na, double cpu0, double wall)
+{
+	static struct thr b[MAX_THREADS];
+	double hz = (double)sysconf(_SC_CLK_TCK);
+	int nb = thr_snap(b, MAX_THREADS), busy = 0;
+
+	fprintf(stderr, "    threads:");
+	for (int i = 0; i < nb; i++) {
+		unsigned long long before = 0;
+		double cpus;
+
+		for (int j = 0; j < na; j++)
+			if (a[j].tid == b[i].tid)
+				before = a[j].ticks;
+		cpus = (double)(b[i].ticks - before) / hz / wall;
+		if (cpus < 0.01)
+			continue;
+		busy += cpus > 0.1;
+		fprintf(stderr, " %s %.2f", b[i].name, cpus);
+	}
+	fprintf(stderr, " (CPUs); %d above 0.1; process %.2f\n", busy,
+		(cpu_s() - cpu0) / wall);
+}
+
+/* ---- --background: CPU-bound processes beside the benchmark ---- */
+
+static pid_t bg_pid[MAX_BACKGROUND];
+
+/* Start n busy loops, each a child process at normal priority that
+ * spins until it is killed, the benchmark exits or BACKGROUND_MAX_S
+ * pass. */
+static void background_start(unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			die("fork: %s", strerror(errno));
+		if (pid == 0) {
+			volatile uint64_t x = 0;
+
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			alarm(BACKGROUND_MAX_S);
+			for (;;)
+				x++;
+		}
+		bg_pid[i] = pid;
+	}
+}
+
+static void background_stop(unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		kill(bg_pid[i], SIGKILL);
+		waitpid(bg_pid[i], NULL, 0);
+	}
 }
 
 static void *xalloc(size_t len)
@@ -1337,6 +1471,10 @@ static void print_table(const struct cfg *c, const struct results *r)
 					  target_of((enum test_id)t,
 						    w->value / tcp->value,
 						    false));
+				print_row("  CPU per GiB moved", eng,
+					  cpu_per_gib(w->cpu, w->value),
+					  cpu_per_gib(tcp->cpu, tcp->value),
+					  "s", 3, "");
 				continue;
 			}
 			snprintf(row, sizeof(row), "%s 8 B lat, median", nm);
@@ -1363,7 +1501,9 @@ static void print_table(const struct cfg *c, const struct results *r)
 		}
 	}
 	printf("\nGbit/s = 10^9 bit/s of payload; latency = round trip / 2. "
-	       "Ratio = wisp / raw TCP.\nraw TCP latency: blocking sockets; "
+	       "Ratio = wisp / raw TCP.\nCPU per GiB moved: CPU seconds of "
+	       "the whole process (both ends) per 2^30 payload octets.\n"
+	       "raw TCP latency: blocking sockets; "
 	       "\"TCP polled\": MSG_DONTWAIT, waiting as wisp does (%s).\n"
 	       "WRITE ping-pong: each side polls the word the peer writes, "
 	       "no CQ (ib_write_lat).\n",
@@ -1417,6 +1557,11 @@ static void write_csv(const struct cfg *c, const struct results *r,
 				csv_row(f, run, u.nodename, eng, c, ti,
 					"bandwidth", "Gbit/s", w->value,
 					tc->value, w, tc);
+				csv_row(f, run, u.nodename, eng, c, ti,
+					"cpu_per_gib", "s/GiB",
+					cpu_per_gib(w->cpu, w->value),
+					cpu_per_gib(tc->cpu, tc->value), w,
+					tc);
 				continue;
 			}
 			csv_row(f, run, u.nodename, eng, c, ti, "p50", "us",
@@ -1482,7 +1627,10 @@ static void usage(FILE *f)
 "  --netns S,C,A   server end in network namespace S at IPv4 address A,\n"
 "                  client end in namespace C (a real link, e.g. veth at\n"
 "                  MTU 1500 from scripts/netns-link.sh; needs root)\n"
-"  -h, --help      this text\n", MAX_WINDOW);
+"  --background N  run N CPU-bound busy loops (child processes at normal\n"
+"                  priority) for the whole run, wisp and TCP alike, 0..%u\n"
+"  --threads       after each run, print the CPU each thread used\n"
+"  -h, --help      this text\n", MAX_WINDOW, MAX_BACKGROUND);
 }
 
 static void bad_option(const char *fmt, ...)
@@ -1625,6 +1773,8 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 		{ "one-engine", no_argument, NULL, '1' },
 		{ "no-tcp", no_argument, NULL, 'T' },
 		{ "netns", required_argument, NULL, 'N' },
+		{ "background", required_argument, NULL, 'B' },
+		{ "threads", no_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1707,6 +1857,14 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 		case 'N':
 			netns_arg(optarg);
 			break;
+		case 'B':
+			c->background = (unsigned int)num_arg("--background",
+							      optarg, 0,
+							      MAX_BACKGROUND);
+			break;
+		case 'H':
+			c->threads = true;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1734,7 +1892,11 @@ static void keep_best(struct meas *best, const struct meas *m,
 static void run_wisp(struct pair *p, const struct cfg *c, int e,
 		     enum test_id t, struct results *r)
 {
+	static struct thr before[MAX_THREADS];
 	struct meas run = { 0 }, *m = &run;
+	int nb = c->threads ? thr_snap(before, MAX_THREADS) : 0;
+	uint64_t t0 = now_ns();
+	double c0 = cpu_s();
 
 	fprintf(stderr, "  wisp %-8s  %s ...\n", engine_label(c->engine[e]),
 		tests[t].title);
@@ -1756,6 +1918,8 @@ static void run_wisp(struct pair *p, const struct cfg *c, int e,
 	default:
 		die("no such test %d", t);
 	}
+	if (c->threads)
+		thr_report(before, nb, c0, (double)(now_ns() - t0) / 1e9);
 	keep_best(&r->wisp[e][t], &run, t);
 }
 
@@ -1778,7 +1942,11 @@ static uint64_t tcp_count(const struct cfg *c, const struct results *r,
 
 static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 {
+	static struct thr before[MAX_THREADS];
 	struct meas run = { 0 };
+	int nb = c->threads ? thr_snap(before, MAX_THREADS) : 0;
+	uint64_t t0 = now_ns();
+	double c0 = cpu_s();
 
 	fprintf(stderr, "  raw TCP        %s ...\n", tests[t].title);
 	switch (t) {
@@ -1809,6 +1977,8 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	default:
 		die("no such test %d", t);
 	}
+	if (c->threads)
+		thr_report(before, nb, c0, (double)(now_ns() - t0) / 1e9);
 	keep_best(&r->tcp[t], &run, t);
 }
 
@@ -1852,15 +2022,17 @@ int main(int argc, char **argv)
 	for (int e = 0; e < c.n_engines; e++)
 		printf(" %s", engine_label(c.engine[e]));
 	printf(" (%s); completions: bandwidth %s, latency %s; %ld CPUs, "
-	       "load %.2f\n", c.one_engine ? "one for both ends" :
-	       "one per end", poll_name[c.bw_poll], poll_name[c.lat_poll],
-	       sysconf(_SC_NPROCESSORS_ONLN), c.load);
+	       "load %.2f; %u background busy loop%s\n", c.one_engine ?
+	       "one for both ends" : "one per end", poll_name[c.bw_poll],
+	       poll_name[c.lat_poll], sysconf(_SC_NPROCESSORS_ONLN), c.load,
+	       c.background, c.background == 1 ? "" : "s");
 	fflush(stdout);
 
 	/* Every pair up front, so that each test runs wisp and TCP back to
 	 * back: a change in background load then skews both alike. */
 	for (int e = 0; e < c.n_engines; e++)
 		pair_setup(&pairs[e], &c, c.engine[e]);
+	background_start(c.background);
 	for (int t = 0; t < T_COUNT; t++) {
 		if (!c.run[t])
 			continue;
@@ -1871,6 +2043,7 @@ int main(int argc, char **argv)
 				run_tcp(&c, (enum test_id)t, &r);
 		}
 	}
+	background_stop(c.background);
 	for (int e = 0; e < c.n_engines; e++)
 		pair_teardown(&pairs[e]);
 

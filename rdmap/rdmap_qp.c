@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ------------------------------------------------------------------ */
 /* Rings                                                              */
@@ -88,6 +89,48 @@ err:
 	return NULL;
 }
 
+void *qp_big_alloc(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void qp_big_free(void *p, size_t len)
+{
+	munmap(p, len);
+}
+
+bool rdmap_qp_trim(struct rdmap_qp *qp)
+{
+	/* The stage is empty between reads (rx_done parses all it got);
+	 * the batch can go once every octet of it is sent, which also
+	 * dropped its MR references (rdmap_qp_tx_done). */
+	if (qp->stage != qp->stage_small && qp->st_head == qp->st_tail &&
+	    !qp->rx_direct) {
+		qp_big_free(qp->stage, STAGE_SIZE);
+		qp->stage = qp->stage_small;
+		qp->stage_cap = STAGE_SMALL;
+		qp->st_head = qp->st_tail = 0;
+		qp->rx_grow = false;
+	}
+	if (qp->fp_big && qp->b_sent >= qp->b_total &&
+	    qp->fp_done == qp->nfp) {
+		qp_big_free(qp->fp_big, TX_BIG_BYTES);
+		qp->fp_big = NULL;
+		qp->fp = qp->fp_small;
+		qp->fp_cap = TX_SMALL_FPDUS;
+		qp->iov = qp->iov_small;
+		qp->iov_cap = TX_SMALL_IOV;
+		qp->nfp = qp->fp_done = 0;
+		qp->niov = qp->iov_cur = 0;
+		qp->iov_off = qp->b_total = qp->b_sent = 0;
+		qp->tx_grow = false;
+	}
+	return qp->stage != qp->stage_small || qp->fp_big;
+}
+
 void qp_put_refs(struct rdmap_mr **mr, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -127,8 +170,9 @@ void rdmap_qp_destroy(struct rdmap_qp *qp)
 	free(qp->ird);
 	free(qp->ord);
 	if (qp->stage != qp->stage_small)
-		free(qp->stage);
-	free(qp->fp_big);
+		qp_big_free(qp->stage, STAGE_SIZE);
+	if (qp->fp_big)
+		qp_big_free(qp->fp_big, TX_BIG_BYTES);
 	free(qp->meta);
 	rdmap_ring_fini(&qp->rq);
 	rdmap_ring_fini(&qp->sq);

@@ -247,6 +247,17 @@ bool rdmap_qp_tx_pending(const struct rdmap_qp *qp);
 int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send);
 
 /*
+ * The connection has been quiet: give back the large transmit batch and
+ * receive stage a stream made the QP take, if nothing is in them (every
+ * octet of the batch sent, no read into the stage under way: call it
+ * between an rx_done and the next rx_want, and with no send in flight).
+ * The QP goes on with its small ones and takes the large ones again when
+ * traffic needs them. Returns true if a large buffer is still held
+ * (ask again later), false if none is. Core held, as for tx_fill.
+ */
+bool rdmap_qp_trim(struct rdmap_qp *qp);
+
+/*
  * The stream is gone (reason 0: orderly, else an errno) or the
  * application moved the QP to ERROR: enter ERROR and flush every
  * outstanding work request. Idempotent.

@@ -21,9 +21,13 @@
  * the small ones, inside struct rdmap_qp, which carry an idle or lightly
  * used connection (the RTR, a few SENDs, Read Requests). A batch that a
  * small size cut short, or a staging read that filled the small buffer,
- * makes the QP switch to the large ones (one allocation each, kept until
- * the QP is destroyed): a thousand idle QPs then cost no more than their
- * structs, while a stream moves many FPDUs per system call.
+ * makes the QP switch to the large ones (one mapping each, reused for as
+ * long as traffic flows): a thousand idle QPs then cost no more than their
+ * structs, while a stream moves many FPDUs per system call. Once the
+ * connection has been quiet for a while its owner calls rdmap_qp_trim(),
+ * which unmaps them (so their pages go back to the system at once, not
+ * to a malloc arena) and the small ones carry on until traffic asks for
+ * the large ones again.
  */
 #define TX_BATCH        128       /* FPDUs per gathered send (large) */
 #define TX_BATCH_BYTES  (1u << 20)
@@ -195,6 +199,15 @@ struct rdmap_qp {
 };
 
 /* ---- rdmap_qp.c: shared helpers ---- */
+
+/* The large transmit batch (its FPDUs, then its iovecs) in octets. */
+#define TX_BIG_BYTES (TX_BATCH * sizeof(struct tx_fpdu) + \
+		      TX_IOV_MAX * sizeof(struct iovec))
+
+/* A large buffer of len octets, zeroed, in a mapping of its own (NULL
+ * without memory); and giving it back. */
+void *qp_big_alloc(size_t len);
+void qp_big_free(void *p, size_t len);
 
 /* Drop the n references of mr[] and clear the slots. */
 void qp_put_refs(struct rdmap_mr **mr, int n);

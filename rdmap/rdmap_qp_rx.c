@@ -616,7 +616,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
  * the stage is empty then. Without memory the small one keeps working. */
 static void stage_grow(struct rdmap_qp *qp)
 {
-	uint8_t *st = malloc(STAGE_SIZE);
+	uint8_t *st = qp_big_alloc(STAGE_SIZE);
 
 	qp->rx_grow = false;
 	if (!st)

@@ -54,8 +54,7 @@ static bool batch_room(struct rdmap_qp *qp, int npay)
  * keeps working. */
 static bool batch_grow(struct rdmap_qp *qp)
 {
-	struct tx_fpdu *fp = calloc(1, TX_BATCH * sizeof(struct tx_fpdu) +
-					  TX_IOV_MAX * sizeof(struct iovec));
+	struct tx_fpdu *fp = qp_big_alloc(TX_BIG_BYTES);
 
 	qp->tx_grow = false;
 	if (!fp)

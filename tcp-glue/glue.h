@@ -28,9 +28,17 @@ struct glue_conn;
 /* Largest iovec counts the engine passes to the callbacks. The receive
  * callbacks may run on a polling thread too (glue_conn_recv_now), the
  * transmit ones on a posting thread (glue_conn_send_now); the engine
- * serialises each side. */
-#define GLUE_RX_IOV   8
-#define GLUE_TX_IOV   1024
+ * serialises each side. A connection offers tx_fill GLUE_TX_IOV_SMALL
+ * iovecs until a fill uses them all, GLUE_TX_IOV from then on, and the
+ * small count again once it has been quiet for GLUE_IDLE_MS. */
+#define GLUE_RX_IOV        8
+#define GLUE_TX_IOV        1024
+#define GLUE_TX_IOV_SMALL  64
+
+/* How long a connection stays quiet (nothing sent or received) before
+ * the engine gives back its large buffers and asks its owner to (idle):
+ * between one and two of these after the last octet. */
+#define GLUE_IDLE_MS       1000
 
 struct glue_conn_ops {
 	/* Where the next octets go: fill iov[0..cap), return the count (>= 1). */
@@ -55,6 +63,12 @@ struct glue_conn_ops {
 	 * clock), or -1 for never again; set *send if tx_fill has something
 	 * because of it. First called when the engine adopts the socket. */
 	int64_t (*timer)(void *arg, int64_t now_ms, bool *send);
+	/* Optional, on the engine thread, while no receive and no send is
+	 * under way on the connection: nothing moved for GLUE_IDLE_MS.
+	 * Give back memory that traffic can take again. Return true if
+	 * some is still held (asked again after the next quiet spell),
+	 * false if none is. */
+	bool (*idle)(void *arg);
 };
 
 /* What rx_done asks for. */

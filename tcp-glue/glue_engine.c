@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -404,7 +405,125 @@ void glue_conn_free(struct glue_conn *c)
 		return;
 	pthread_mutex_destroy(&c->tx_lock);
 	pthread_mutex_destroy(&c->rx_lock);
+	if (c->tx_iov != c->tx_iov_small)
+		munmap(c->tx_iov, GLUE_TX_IOV * sizeof(struct iovec));
 	free(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Idle connections                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A thousand connected but quiet connections should cost little memory,
+ * a stream should never allocate per message. So a connection (and its
+ * owner) takes large buffers when traffic asks for them, keeps them while
+ * anything moves, and gives them back once nothing has for GLUE_IDLE_MS:
+ * every octet sent or received marks the connection active; while any
+ * connection may hold a large buffer, the engine looks at them all every
+ * GLUE_IDLE_MS, clears the mark of those that moved and trims those that
+ * did not. Nothing is looked at, and the engine never wakes for this,
+ * while every connection is quiet and small; a mark made on another
+ * thread while the engine sleeps is acted on when it next wakes.
+ */
+
+/* Something moved on c (engine or a polling / posting thread). */
+static void conn_mark_active(struct glue_conn *c)
+{
+	if (atomic_load_explicit(&c->active, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&c->active, true, memory_order_relaxed);
+	atomic_store_explicit(&c->e->trim_wanted, true, memory_order_release);
+}
+
+/* tx_fill into c->tx_iov (tx_lock held, no send in flight). A fill that
+ * uses every small iovec may have more: take the large array and fill
+ * again (tx_fill gives the same octets until tx_done says otherwise). */
+static int conn_tx_fill(struct glue_conn *c)
+{
+	int n = c->ops->tx_fill(c->arg, c->tx_iov, c->tx_iov_cap);
+
+	if (n > 0)
+		conn_mark_active(c);
+	if (n == c->tx_iov_cap && c->tx_iov == c->tx_iov_small) {
+		void *big = mmap(NULL, GLUE_TX_IOV * sizeof(struct iovec),
+				 PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (big != MAP_FAILED) {
+			c->tx_iov = big;
+			c->tx_iov_cap = GLUE_TX_IOV;
+			n = c->ops->tx_fill(c->arg, c->tx_iov, c->tx_iov_cap);
+		}
+	}
+	return n;
+}
+
+/* c has been quiet: give back its large iovec array and let the owner
+ * trim. Returns true if a large buffer may still be held. Engine. */
+static bool conn_trim(struct glue_conn *c)
+{
+	bool held = true;
+
+	if (conn_state(c) != GLUE_CONN_OPEN)
+		return false;
+	/* A side in use is not idle: look again next time. */
+	if (pthread_mutex_trylock(&c->rx_lock))
+		return true;
+	if (pthread_mutex_trylock(&c->tx_lock))
+		goto out_rx;
+	/* A send in flight, or a TLS record that must be offered again
+	 * with the same octets once the socket has room. */
+	if (c->tx_busy || c->tx_wait)
+		goto out_tx;
+	if (c->tx_iov != c->tx_iov_small) {
+		munmap(c->tx_iov, GLUE_TX_IOV * sizeof(struct iovec));
+		c->tx_iov = c->tx_iov_small;
+		c->tx_iov_cap = GLUE_TX_IOV_SMALL;
+	}
+	held = c->ops->idle ? c->ops->idle(c->arg) : false;
+out_tx:
+	pthread_mutex_unlock(&c->tx_lock);
+out_rx:
+	pthread_mutex_unlock(&c->rx_lock);
+	return held;
+}
+
+/* Trim the connections quiet since the last look; returns when to look
+ * next (0: no need until one becomes active). Engine. */
+static int64_t trim_sweep(struct glue_engine *e, int64_t now)
+{
+	bool again = false;
+
+	atomic_store(&e->trim_wanted, false);
+	for (struct glue_conn *c = e->conns; c; c = c->next) {
+		if (atomic_exchange_explicit(&c->active, false,
+					     memory_order_acquire))
+			c->held = true;
+		else if (c->held)
+			c->held = conn_trim(c);
+		again |= c->held;
+	}
+	return again ? now + GLUE_IDLE_MS : 0;
+}
+
+/* The wait timeout, given pump_all's, with the next idle look in it. */
+static int trim_timeout(struct glue_engine *e, int timeout)
+{
+	int64_t now, wait;
+
+	if (!e->trim_at && !atomic_load_explicit(&e->trim_wanted,
+						 memory_order_acquire))
+		return timeout;
+	now = now_ms();
+	if (!e->trim_at)
+		e->trim_at = now + GLUE_IDLE_MS;
+	else if (now >= e->trim_at)
+		e->trim_at = trim_sweep(e, now);
+	if (!e->trim_at)
+		return timeout;
+	wait = e->trim_at - now > 0 ? e->trim_at - now : 1;
+	return timeout >= 0 && timeout < wait ? timeout : (int)wait;
 }
 
 /* ------------------------------------------------------------------ */
@@ -726,8 +845,10 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 			asked += c->rx_iov[j].iov_len;
 		r = conn_recv(c, n);
 		err = errno;
-		if (r > 0)
+		if (r > 0) {
 			TSAN_RECEIVED(c);
+			conn_mark_active(c);
+		}
 		/* Always, so that the owner knows the copy is over. */
 		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
 		/* Counted once the owner has them: what the statistics say
@@ -858,7 +979,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 	/* What tx_fill has is taken now; more is set again below if any
 	 * is left. */
 	atomic_store(&c->tx_more, false);
-	niov = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
+	niov = conn_tx_fill(c);
 	if (niov <= 0)
 		goto out;
 	c->tx_msg.msg_iov = c->tx_iov;
@@ -968,7 +1089,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		    !atomic_exchange(&c->kicked, false))
 			break;
 		atomic_store(&c->kicked, false);
-		n = c->ops->tx_fill(c->arg, c->tx_iov, GLUE_TX_IOV);
+		n = conn_tx_fill(c);
 		if (n <= 0)
 			break;
 		if (c->tls) {
@@ -1226,7 +1347,7 @@ static void *engine_main(void *arg)
 		int timeout;
 
 		run_commands(e);
-		timeout = pump_all(e);
+		timeout = trim_timeout(e, pump_all(e));
 		if (busy_poll(e))
 			continue;
 		atomic_store(&e->sleeping, true);
@@ -1391,6 +1512,9 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->heap_idx = -1;
 	c->recheck_ms = GLUE_APP_POLL_MS;
 	atomic_init(&c->queued, false);
+	c->tx_iov = c->tx_iov_small;
+	c->tx_iov_cap = GLUE_TX_IOV_SMALL;
+	atomic_init(&c->active, false);
 	atomic_init(&c->kicked, false);
 	/* The engine asks tx_fill at once, and calls the timer. */
 	atomic_init(&c->tx_more, true);

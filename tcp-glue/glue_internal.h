@@ -106,7 +106,16 @@ struct glue_conn {
 
 	struct msghdr rx_msg, tx_msg;
 	struct iovec rx_iov[GLUE_RX_IOV];
-	struct iovec tx_iov[GLUE_TX_IOV];
+	/* tx_fill's iovecs: tx_iov_small, or GLUE_TX_IOV of them mapped
+	 * once a fill used every small one (tx_lock). */
+	struct iovec *tx_iov;
+	int tx_iov_cap;
+	struct iovec tx_iov_small[GLUE_TX_IOV_SMALL];
+	/* Idle trimming (glue_engine.c "Idle connections"): something
+	 * moved since the engine last looked (any thread), and whether a
+	 * large buffer may still be held here or by the owner (engine). */
+	atomic_bool active;
+	bool held;
 
 	/* Counters (glue_stats.c): st points at own_st or the owner's. */
 	_Atomic(struct glue_conn_stats *) st;
@@ -176,6 +185,10 @@ struct glue_engine {
 	 * with room for every adopted connection (engine thread). */
 	struct glue_conn **heap;
 	int heap_n, heap_cap, nconns;
+	/* Idle trimming: a connection became active (any thread), and
+	 * when the engine looks at them all next (0: no look due). */
+	atomic_bool trim_wanted;
+	int64_t trim_at;
 
 	/* Busy polling (glue_engine.c "Busy polling"), engine thread. */
 	int64_t bp_max_ns;        /* WISP_BUSY_POLL_US; 0: never spin */

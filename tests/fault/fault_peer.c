@@ -1138,8 +1138,17 @@ static int mode_soak(unsigned n, int busy_s)
 	if (peak_last > peak_first + peak_first / 10 + 4096)
 		die("soak: RSS grew from %ld to %ld KiB while busy", peak_first,
 		    peak_last);
-	/* Let the other side finish its busy phase, then tear down. */
-	sleep_ms(2000);
+	/* Let the other side finish its busy phase; then, quiet again for
+	 * longer than wisp waits before it gives back a busy connection's
+	 * large buffers (GLUE_IDLE_MS, at most twice 1 s), the idle RSS
+	 * once more (a figure, not asserted); then tear down. */
+	sleep_ms(2000 + 2500);
+	{
+		long r = rss_kib();
+
+		printf("soak: idle again after the busy phase: RSS %ld KiB: "
+		       "%.1f KiB per QP\n", r, (double)(r - rss0) / n);
+	}
 	for (unsigned i = 0; i < n; i++) {
 		rdma_disconnect(s[i].id);
 		rdma_destroy_qp(s[i].id);

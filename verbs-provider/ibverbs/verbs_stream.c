@@ -86,6 +86,17 @@ static int64_t s_timer(void *arg, int64_t now_ms, bool *send)
 	return next;
 }
 
+static bool s_idle(void *arg)
+{
+	struct wisp_qp *qp = arg;
+	bool held;
+
+	pthread_mutex_lock(&qp->core_lock);
+	held = rdmap_qp_trim(qp->core);
+	pthread_mutex_unlock(&qp->core_lock);
+	return held;
+}
+
 static void s_ended(void *arg, int reason)
 {
 	struct wisp_qp *qp = arg;
@@ -114,6 +125,7 @@ _Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
 
 static const struct glue_conn_ops stream_ops = {
 	.ended = s_ended,
+	.idle = s_idle,
 	.rx_done = s_rx_done,
 	.rx_want = s_rx_want,
 	.timer = s_timer,
