@@ -153,7 +153,7 @@ static void release_all(struct rdmap_qp *qp)
 		qp_put_refs(qp->cur.mr, qp->cur.nsrc);
 	qp->cur.active = false;
 	while (qp->ird && qp->ird_head != qp->ird_tail) {
-		rdmap_mr_put(qp->ird[qp->ird_head % qp->ird_size].src);
+		rdmap_mr_put(qp->ird[qp->ird_head & qp->ird_mask].src);
 		qp->ird_head++;
 	}
 	if (qp->have_recv)
@@ -204,6 +204,17 @@ void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access)
 	atomic_store_explicit(&qp->access, access, memory_order_relaxed);
 }
 
+/* The mask of a ring of the least power of two of slots >= size (a
+ * size up to 2^31: IRD and ORD are at most 65535 on the wire). */
+static uint32_t ring_mask(uint32_t size)
+{
+	uint32_t slots = 1;
+
+	while (slots < size)
+		slots <<= 1;
+	return slots - 1;
+}
+
 int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 {
 	uint32_t ulpdu_max;
@@ -218,8 +229,10 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 	qp->ird_size = s->ird ? s->ird : 1;
 	qp->ord_size = s->ord ? s->ord : 1;
 	qp->ord_limit = qp->ord_size;
-	qp->ird = calloc(qp->ird_size, sizeof(*qp->ird));
-	qp->ord = calloc(qp->ord_size, sizeof(*qp->ord));
+	qp->ird_mask = ring_mask(qp->ird_size);
+	qp->ord_mask = ring_mask(qp->ord_size);
+	qp->ird = calloc((size_t)qp->ird_mask + 1, sizeof(*qp->ird));
+	qp->ord = calloc((size_t)qp->ord_mask + 1, sizeof(*qp->ord));
 	if (!qp->ird || !qp->ord)
 		return -ENOMEM;
 	mpa_tx_init(&qp->mtx, s->crc, false);
@@ -574,7 +587,7 @@ static bool tx_holds(const struct rdmap_qp *qp, const struct rdmap_mr *mr)
 		if (holds(qp->fp[i].put, qp->fp[i].nput, mr))
 			return true;
 	for (uint32_t i = qp->ird_head; qp->ird && i != qp->ird_tail; i++)
-		if (qp->ird[i % qp->ird_size].src == mr)
+		if (qp->ird[i & qp->ird_mask].src == mr)
 			return true;
 	return false;
 }

@@ -127,10 +127,13 @@ struct rdmap_qp {
 	struct mpa_tx mtx;
 	uint32_t tx_msn[RDMAP_QN__COUNT];
 	struct tx_cur cur;
-	struct ird_entry *ird;    /* ring of ird_size */
-	uint32_t ird_size, ird_head, ird_tail;
+	/* Rings indexed by free-running counters: head and tail wrap at
+	 * 2^32, so a ring has a power of two of slots (mask + 1 >= size)
+	 * and its index is counter & mask; size is how many may be in it. */
+	struct ird_entry *ird;
+	uint32_t ird_size, ird_mask, ird_head, ird_tail;
 	struct ord_entry *ord;
-	uint32_t ord_size, ord_head, ord_tail;
+	uint32_t ord_size, ord_mask, ord_head, ord_tail;
 	uint32_t ord_limit;
 	/* ord_tail - ord_head, for rdmap_qp_reads_out() on any thread. */
 	_Atomic uint32_t ord_out;

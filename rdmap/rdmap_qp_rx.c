@@ -146,7 +146,7 @@ static enum rx_state rx_write(struct rdmap_qp *qp, uint32_t plen)
  */
 static enum rx_state rx_read_resp(struct rdmap_qp *qp, uint32_t plen)
 {
-	const struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+	const struct ord_entry *o = &qp->ord[qp->ord_head & qp->ord_mask];
 	const struct ddp_hdr *d = &qp->h.ddp;
 
 	/* A Read Response must answer our oldest Read (RFC 5040 5.3:
@@ -181,7 +181,7 @@ static void end_write(struct rdmap_qp *qp, uint32_t plen)
 
 static void end_read_resp(struct rdmap_qp *qp, uint32_t plen)
 {
-	struct ord_entry *o = &qp->ord[qp->ord_head % qp->ord_size];
+	struct ord_entry *o = &qp->ord[qp->ord_head & qp->ord_mask];
 
 	rdmap_mr_put(qp->tmr);
 	qp->tmr = NULL;
@@ -306,7 +306,7 @@ static enum rx_state rx_read_req(struct rdmap_qp *qp, uint32_t plen)
 			return rx_fault(qp, rdmap_fault_rdmap(prot_error(c)));
 		}
 	}
-	e = &qp->ird[qp->ird_tail % qp->ird_size];
+	e = &qp->ird[qp->ird_tail & qp->ird_mask];
 	*e = (struct ird_entry){ .rr = *rr, .src = mr };
 	qp->ird_tail++;
 	return RX_PAYLOAD;

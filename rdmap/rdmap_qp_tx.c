@@ -155,7 +155,7 @@ static int tx_rtr(struct rdmap_qp *qp)
 	RDMAP_STAT_ADD(qp->st->rtr_sent, 1);
 	if (qp->s.rtr == RDMAP_RTR_SEND_WRITE)
 		return tx_zero_write(qp);
-	o = &qp->ord[qp->ord_tail % qp->ord_size];
+	o = &qp->ord[qp->ord_tail & qp->ord_mask];
 	h.ddp.last = true;
 	h.ddp.u.msn = qp->tx_msn[RDMAP_QN_READ_REQ]++;
 	h.rreq.sink_stag = RTR_STAG;
@@ -196,7 +196,7 @@ int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send)
  * 0 if no room or nothing to do. */
 static int tx_read_resp(struct rdmap_qp *qp)
 {
-	struct ird_entry *e = &qp->ird[qp->ird_head % qp->ird_size];
+	struct ird_entry *e = &qp->ird[qp->ird_head & qp->ird_mask];
 	uint32_t max = qp->s.mulpdu - DDP_TAGGED_HDR_LEN;
 	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_RESP };
 	struct iovec pay;
@@ -375,7 +375,7 @@ static int tx_segment(struct rdmap_qp *qp)
 		ret = batch_add(qp, &h, NULL, 0, -1, -1, NULL, 0, false);
 		if (ret)
 			return ret;
-		o = &qp->ord[qp->ord_tail % qp->ord_size];
+		o = &qp->ord[qp->ord_tail & qp->ord_mask];
 		*o = (struct ord_entry){
 			.wr_idx = c->idx, .sink_stag = s->lkey,
 			.sink_to = s->addr, .size = s->length,
@@ -492,8 +492,7 @@ static bool tx_wants_big(const struct rdmap_qp *qp)
 	if (qp->tx_grow || qp->cur.active)
 		return true;
 	if (qp->ird_head != qp->ird_tail) {
-		const struct ird_entry *e = &qp->ird[qp->ird_head %
-						      qp->ird_size];
+		const struct ird_entry *e = &qp->ird[qp->ird_head & qp->ird_mask];
 
 		if (e->rr.size - e->sent > small ||
 		    qp->ird_tail - qp->ird_head >= TX_SMALL_FPDUS)
