@@ -124,8 +124,12 @@ head -c "$size" /dev/urandom >"$work/src"
 send_cmd=("$run" "$repl" send "$work/src" "$host": --port "$port" --json
 	--chunk 256k --limit 4M -v ${tmo[@]+"${tmo[@]}"})
 
-in_srv "$run" "$repl" serve "$work/dst" --port "$port" -v ${tmo[@]+"${tmo[@]}"} \
-	>"$logs/server" 2>&1 &
+# Not through in_srv: a function run with & is a subshell, and $! would
+# be that subshell's, leaving the receiver behind when cleanup kills it
+# (an orphan that held the test's output open). ip netns exec, wisp-run
+# and timeout exec or wait, so $! is the program's own process here.
+ip netns exec "$srv" "$run" "$repl" serve "$work/dst" --port "$port" -v \
+	${tmo[@]+"${tmo[@]}"} >"$logs/server" 2>&1 &
 spid=$!
 for _ in $(seq 300); do
 	kill -0 "$spid" 2>/dev/null || break
@@ -136,7 +140,8 @@ done
 	fail "the receiver did not listen: $(tail -n 5 "$logs/server")"
 
 # 1. the transfer, and the drop once chunks are arriving
-in_cli timeout 180 "${send_cmd[@]}" >"$logs/send1.out" 2>"$logs/send1.err" &
+ip netns exec "$cli" timeout 180 "${send_cmd[@]}" >"$logs/send1.out" \
+	2>"$logs/send1.err" &
 pid=$!
 for _ in $(seq 300); do
 	[ "$(journal_chunks)" -ge 8 ] && break
