@@ -118,7 +118,7 @@ add "w2s.cs.no-listener" default nolisten ""
 # wisp-repl (demos/replicate), one binary on both ends: 8 MiB + 4321
 # octets in 64 KiB chunks through 8 slots (129 chunks: every slot's credit
 # comes back many times)
-for t in write read; do
+for t in write read send; do
 	add "w2s.cs.repl-$t-8m" default repl "$t 8 65536 8"
 done
 # The first FPDU racing siw's switch to RDMA mode (docs/interop.md): many
@@ -157,7 +157,7 @@ for m in cs crc; do
 	add "s2w.$m.disc-client-first" default cmp "c:-S:-R:-D s:-R:-S: 3"
 	add "s2w.$m.disc-server-first" default cmp "c:-S:-R: s:-R:-S:-D 3"
 done
-for t in write read; do
+for t in write read send; do
 	add "s2w.cs.repl-$t-8m" default repl "$t 8 65536 8"
 done
 add "s2w.cs.reject" default reject ""
@@ -634,10 +634,11 @@ run_repl() { # MODE MIB CHUNK WINDOW
 	repl_install || return
 	nchunks=$(((size + chunk - 1) / chunk))
 	ports
-	local sargs=(--mode "$m" --chunk "$chunk" --window "$win" --json --timeout 20)
+	local sargs=(--mode "$m" --chunk "$chunk" --window "$win" --json --timeout 20 -v)
 	if [ "$dir" = w2s ]; then
 		head -c "$size" /dev/urandom >"$cdir/src"
 		sum_src=$(sha256sum <"$cdir/src" | cut -d' ' -f1)
+		gctl -t 20 "mkdir -p /tmp/c/dst" >/dev/null
 		gstart "$name" /tmp/wisp-repl serve /tmp/c/dst --port $g_port --once -v --timeout 20
 		gctl ". /tmp/h.sh; waitlisten $g_port" >/dev/null
 		hrun 90 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$top/scripts/wisp-run" \
@@ -648,9 +649,11 @@ run_repl() { # MODE MIB CHUNK WINDOW
 		out=$(gctl -t 60 "sha256sum </tmp/c/dst/in/src; echo SIZE \$(wc -c </tmp/c/dst/in/src); echo LEFT \$(ls -A /tmp/c/dst/.wisp-repl 2>/dev/null | wc -l)")
 		js=$cdir/host.out serr=$cdir/host.err rerr=$cdir/guest.err
 	else
+		mkdir -p "$cdir/dst"
 		hserve "$top/scripts/wisp-run" "$repl_bin" serve "$cdir/dst" --bind 127.0.0.1 \
 			--port $h_srv --once -v --timeout 20 || return
 		sum_src=$(gctl -t 60 "mkdir -p /tmp/c; head -c $size /dev/urandom >/tmp/c/src; sha256sum </tmp/c/src" | cut -d' ' -f1)
+		gctl -t 20 "cat /proc/net/arp" >"$cdir/guest.arp" 2>&1
 		gstart "$name" timeout 90 /tmp/wisp-repl send /tmp/c/src 10.0.2.100:in --port $g_port "${sargs[@]}"
 		gfinish "$name" 95
 		c_rc=$g_rc
@@ -684,7 +687,9 @@ PY
 	)
 	jrc=$?
 	detail="$m, $size octets in $chunk-octet chunks through $win slots"
-	if [ "$c_rc" != 0 ]; then
+	if [ -z "$g_rc" ]; then
+		verdict="the guest stopped answering its control port (qemu still running: $(kill -0 "$GUEST_PID" 2>/dev/null && echo yes || echo no)); wisp's end: $(grep 'wisp-repl:' "$([ "$dir" = w2s ] && echo "$serr" || echo "$rerr")" | tail -1)"
+	elif [ "$c_rc" != 0 ]; then
 		verdict="the sender ($([ "$dir" = w2s ] && echo wisp || echo siw)) exited $c_rc: $(grep 'wisp-repl:' "$serr" | tail -1)"
 	elif [ "$s_rc" != 0 ]; then
 		verdict="the receiver ($([ "$dir" = w2s ] && echo siw || echo wisp)) exited $s_rc: $(grep 'wisp-repl:' "$rerr" | tail -1)"
