@@ -49,7 +49,7 @@ pattern=
 list=0
 case "${1:-}" in
 --list) list=1 ;;
--h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+-h | --help) sed -n '2,/^# Layout/p' "$0"; exit 0 ;;
 "") ;;
 *) pattern=$1 ;;
 esac
