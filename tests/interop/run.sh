@@ -659,8 +659,10 @@ run_repl() { # MODE MIB CHUNK WINDOW
 		# rdma_cm resolved the address at once in 6 boots of 8, but
 		# took 16 s in one and timed out (20 s) in another
 		# (docs/interop.md, "How a case runs")
-		gctl -t 20 "ping -c 1 -w 1 10.0.2.100 >/dev/null 2>&1
-for i in \$(seq 40); do grep -q '^10\.0\.2\.100 .* 0x2 ' /proc/net/arp && break; sleep 0.05; done
+		# (busybox's ping: -W 1 waits 1 s for the echo nobody sends)
+		gctl -t 20 "a() { grep -q '^10\.0\.2\.100 .* 0x2 ' /proc/net/arp; }
+a || ping -c 1 -W 1 10.0.2.100 >/dev/null 2>&1
+for i in \$(seq 40); do a && break; sleep 0.05; done
 cat /proc/net/arp" >"$cdir/guest.arp" 2>&1
 		gstart "$name" timeout 90 /tmp/wisp-repl send /tmp/c/src 10.0.2.100:in --port $g_port "${sargs[@]}"
 		gfinish "$name" 95
