@@ -17,7 +17,10 @@
 #     as siw has no module parameters);
 #   - busybox-static (downloaded, not installed) and the host's rdma-core
 #     userspace (rping, perftest, iproute2's rdma, libibverbs with the siw
-#     provider, librdmacm) with every library ldd lists plus libgcc_s.
+#     provider, librdmacm) with every library ldd lists plus libgcc_s;
+#   - libxxhash.so.0 (libxxhash0), which wisp-repl needs besides rdma-core:
+#     run.sh copies the host's wisp-repl into the guest at run time, so
+#     the image does not depend on wisp's build.
 #
 # The image is cached in $WISP_INTEROP_CACHE (default /var/cache/wisp-interop,
 # or ~/.cache/wisp-interop when that is not writable) under a key made of the
@@ -53,7 +56,7 @@ host_packages=(
 	qemu-system-x86 socat cpio kmod xz-utils gzip
 	make gcc gcc-12 libc6-dev libelf-dev python3
 	rdmacm-utils perftest ibverbs-providers ibverbs-utils libibverbs1
-	librdmacm1 iproute2 libibverbs-dev librdmacm-dev
+	librdmacm1 iproute2 libibverbs-dev librdmacm-dev libxxhash0
 )
 apt_updated=0
 apt_update_once() {
@@ -248,6 +251,17 @@ for f in "${files[@]}" "$siwprov" "$libgcc"; do
 		/=> \// {print $3; next}
 		/^\t\// {print $1}')
 done
+# Libraries of programs run.sh copies into the guest at run time
+# (demos/replicate/wisp-repl, built on the host), beyond rdma-core's.
+extra_libs=(libxxhash.so.0)
+for s in "${extra_libs[@]}"; do
+	f=$(ls /lib/"$multiarch"/"$s" /usr/lib/"$multiarch"/"$s" 2>/dev/null | head -1)
+	[ -n "$f" ] || die "$s not found on the host"
+	libs+=("$f")
+	while read -r lib; do libs+=("$lib"); done < <(ldd "$f" | awk '
+		/=> \// {print $3; next}
+		/^\t\// {print $1}')
+done
 for lib in $(printf '%s\n' "${libs[@]}" | sort -u); do
 	mkdir -p "$ir$(dirname "$lib")"
 	cp -L "$lib" "$ir$lib"
@@ -360,6 +374,7 @@ cp "$work/cmprobe" "$work/out/cmprobe"
 	echo "siw: built from linux-source-6.1 $kver (default, p2p: peer_to_peer = true)"
 	echo "modules: ${order[*]}"
 	echo "userspace: ${progs[*]} (rdma-core $rdma_ver, perftest $(dpkg-query -W -f='${Version}' perftest), iproute2 $(dpkg-query -W -f='${Version}' iproute2))"
+	echo "libraries for run-time programs (wisp-repl): ${extra_libs[*]} (libxxhash0 $(dpkg-query -W -f='${Version}' libxxhash0))"
 	echo "busybox-static: $bbver"
 	echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(($(date +%s) - t0)) s"
 } >"$work/out/manifest.txt"
