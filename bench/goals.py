@@ -43,6 +43,7 @@ GOALS = [
 ]
 
 GIB = 1 << 30
+YMAX = 3.0      # the chart's ratio axis; a bar beyond it is cut and labelled
 
 
 def latest_rows(path):
@@ -187,7 +188,11 @@ def draw(chart, path):
             if v is not None:
                 xs.append(j + (i - (len(PATHS) - 1) / 2) * width)
                 ys.append(v)
-        ax.bar(xs, ys, width, color=colours[p])
+        ax.bar(xs, [min(y, YMAX) for y in ys], width, color=colours[p])
+        for x, y in zip(xs, ys):
+            if y > YMAX:      # clipped: say how far it goes
+                ax.annotate(f"{y:.1f}", (x, YMAX), ha="center",
+                            va="bottom", fontsize=7)
     for j, g in enumerate(GOALS):
         ax.hlines(g[5], j - 0.45, j + 0.45, colors="black",
                   linestyles="dashed", linewidth=1.2)
@@ -195,6 +200,7 @@ def draw(chart, path):
                     va="center")
     ax.set_xticks(range(len(GOALS)))
     ax.set_xticklabels([l.replace(", ", "\n") for l in labels], fontsize=8)
+    ax.set_ylim(0, YMAX * 1.08)
     ax.set_ylabel("wisp / raw TCP of the same run")
     ax.set_title("wisp against its goals (dashed: the goal)")
     from matplotlib.patches import Patch
