@@ -15,7 +15,9 @@
 #      apt-get, then removes it) and runs rping over the installed copy
 #      (tests/install/run.sh, docs/install.md);
 #   6. runs the side-by-side benchmark briefly (figures only: a slow run
-#      fails nothing, a data mismatch does), then builds with
+#      fails nothing, a data mismatch does), and wisp-repl across the
+#      emulated WAN next to iperf3 (bench/wan-goodput.sh, 64 MiB at 10
+#      and 50 ms), then builds with
 #      ThreadSanitizer and runs the data-path and rdma_cm suites (one
 #      process per test, tests/tsan) and the benchmark there, where any
 #      reported race fails;
@@ -178,6 +180,15 @@ run_bench() {
 	"$1/bench/wisp_bench" --seconds 1 --iters 5000 --engine both
 }
 
+# wisp-repl across the emulated WAN (1 Gbit/s, 10 and 50 ms) in each mode
+# next to iperf3, 64 MiB each (docs/replication.md, "Goodput against
+# RTT", has the 4 GiB figures): figures only, but a transfer that fails
+# or copies wrong fails the step.
+run_wan_bench() {
+	WISP_BUILD_DIR="$1" "$top/bench/wan-goodput.sh" --size 64 \
+		--rtt "10 50" --reps 1 --lock "" --csv "$1/wan-goodput.csv"
+}
+
 if [ "${WISP_SKIP_DEPS:-0}" != 1 ]; then
 	install_deps || { echo "wisp: 0 passed, 1 failed"; exit 1; }
 fi
@@ -209,6 +220,8 @@ step "ABI of libibverbs.so.1, Debian's ibv_devinfo over wisp" \
 step "install: a scratch prefix and the .deb, rping over the installed wisp" \
 	"$top/tests/install/run.sh" "$build/release"
 step "benchmark: wisp next to raw TCP on loopback" run_bench "$build/release"
+step "benchmark: wisp-repl across the emulated WAN next to iperf3" \
+	run_wan_bench "$build/release"
 
 # wisp against the Linux kernel's siw in a qemu guest (docs/interop.md):
 # both directions, rping / perftest / disconnects / rejects, every MPA mode.
