@@ -55,15 +55,7 @@ skip() { echo "SKIP repl_wan_drop: $*"; exit 77; }
 for p in iptables-legacy tc ss; do
 	command -v "$p" >/dev/null || skip "no $p (scripts/test.sh installs it)"
 done
-ip netns add "$srv" 2>/dev/null || skip "cannot create a network namespace"
-# the kernel must have the NFQUEUE target (xt_NFQUEUE, nfnetlink_queue):
-# a rule in the empty namespace, gone with it
-if ! nfq=$(ip netns exec "$srv" iptables-legacy -w -A INPUT -j NFQUEUE \
-	--queue-num 0 2>&1); then
-	ip netns del "$srv"
-	skip "no NFQUEUE in this kernel (iptables-legacy: $(head -n1 <<<"${nfq:-failed}"))"
-fi
-ip netns del "$srv"
+why=$("$wan" probe --srv "$srv") || skip "$why"
 
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rdrop-logs.XXXXXX)}
 mkdir -p "$logs"

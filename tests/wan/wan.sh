@@ -13,6 +13,8 @@
 #                                        SECONDS (blocks that long)
 #   tests/wan/wan.sh stats [NAMES]       the delay program's counters
 #   tests/wan/wan.sh status [NAMES]
+#   tests/wan/wan.sh probe [NAMES]       can this kernel delay packets?
+#                                        0, or 1 with the reason on stdout
 #
 # NAMES: --srv NS --cli NS (default wisp-wan-srv, wisp-wan-srv's peer
 # wisp-wan-cli); the server end is 198.18.0.1, the client end 198.18.0.2.
@@ -156,6 +158,22 @@ stats() {
 	done
 }
 
+# probe: the kernel must have the NFQUEUE target (xt_NFQUEUE,
+# nfnetlink_queue) for the delay program: a rule in an empty namespace of
+# that name, gone with it. Prints why not, and fails, if it cannot.
+probe() {
+	local out
+	ip netns add "$srv" 2>/dev/null ||
+		{ echo "cannot create a network namespace"; return 1; }
+	if ! out=$(ip netns exec "$srv" iptables-legacy -w -A INPUT -j NFQUEUE \
+		--queue-num 0 2>&1); then
+		ip netns del "$srv"
+		echo "no NFQUEUE in this kernel (iptables-legacy: $(head -n1 <<<"${out:-failed}"))"
+		return 1
+	fi
+	ip netns del "$srv"
+}
+
 cmd=${1:-}
 shift || true
 secs=
@@ -180,9 +198,10 @@ up) up ;;
 down) down ;;
 drop) drop "$secs" ;;
 stats) stats ;;
+probe) probe ;;
 status) "$top/scripts/netns-link.sh" status --srv "$srv" --cli "$cli"
 	for ns in "$srv" "$cli"; do
 		echo "wisp-wan-delay in $ns: $(pid_of "$ns" || echo not running)"
 	done ;;
-*) die "usage: $0 up|down|drop SECONDS|stats|status [options] (see the top of $0)" ;;
+*) die "usage: $0 up|down|drop SECONDS|stats|status|probe [options] (see the top of $0)" ;;
 esac
