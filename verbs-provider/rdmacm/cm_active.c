@@ -431,19 +431,18 @@ static void dial_add(struct dial **head, struct dial *d, int64_t *first)
 static void dial_run(struct dial **head, struct dial *d, bool late,
 		     int64_t *first)
 {
-	int fd = d->fd, ret;
+	int ret;
 
 	dial_unlink(head, d);
-	if (!dial_step(d, late)) {
-		/* Ended: its socket closed, or the QP's now. Only this
-		 * thread adds to the set, so the number names no other
-		 * member of it. */
-		epoll_ctl(dialer.ep, EPOLL_CTL_DEL, fd, NULL);
+	/* Out of the set before the step: a step that ends d hands its
+	 * socket on (closed, or the QP's now, which the application may
+	 * close at once on another thread), and this thread must not
+	 * touch the descriptor after that. Back in if d goes on. */
+	epoll_ctl(dialer.ep, EPOLL_CTL_DEL, d->fd, NULL);
+	if (!dial_step(d, late))
 		return;
-	}
-	ret = dial_arm(d, EPOLL_CTL_MOD);
+	ret = dial_arm(d, EPOLL_CTL_ADD);
 	if (ret) {
-		epoll_ctl(dialer.ep, EPOLL_CTL_DEL, fd, NULL);
 		dial_fail(d, ret);
 		return;
 	}
