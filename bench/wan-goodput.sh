@@ -96,14 +96,8 @@ in_srv=(ip netns exec "$srv")
 in_cli=(ip netns exec "$cli")
 port=7480
 
-wait_listen() {
-	for _ in $(seq 300); do
-		kill -0 "$2" 2>/dev/null || return 1
-		[ -n "$("${in_srv[@]}" ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
+# shellcheck source=../tests/rdmacm/ports.sh
+. "$top/tests/rdmacm/ports.sh"    # wait_listen
 
 # row RTT REP WHAT MODE STREAMS SECONDS WALL WINDOW CHUNK RTT_US DATA_S [BYTES]
 row() {
@@ -119,7 +113,7 @@ one_iperf() {
 	port=$((port + 1))
 	"${in_srv[@]}" timeout "$tmo" iperf3 -s -1 -J -p "$port" >/dev/null 2>&1 &
 	spid=$!
-	wait_listen "$port" "$spid" || { echo "iperf3 -s did not start" >&2; return 1; }
+	wait_listen "$port" "$spid" "$srv" || { echo "iperf3 -s did not start" >&2; return 1; }
 	t0=$(date +%s.%N)
 	j=$("${in_cli[@]}" timeout "$tmo" iperf3 -c 198.18.0.1 -p "$port" -n "$bytes" \
 		-C "$cc_now" -J --get-server-output)
@@ -144,7 +138,7 @@ one_repl() {
 	"${in_srv[@]}" timeout "$tmo" "$run" "$repl" serve "$work/dst" --port "$port" \
 		--once >"$work/serve.log" 2>&1 &
 	spid=$!
-	wait_listen "$port" "$spid" || { cat "$work/serve.log" >&2; return 1; }
+	wait_listen "$port" "$spid" "$srv" || { cat "$work/serve.log" >&2; return 1; }
 	t0=$(date +%s.%N)
 	out=$("${in_cli[@]}" timeout "$tmo" "$run" "$repl" send "$work/src" 198.18.0.1: \
 		--port "$port" --mode "$mode" --streams "$st" --json ${extra[@]+"${extra[@]}"})

@@ -31,14 +31,6 @@ in_srv=() in_cli=()
 spid=
 trap '[ -z "$spid" ] || kill "$spid" 2>/dev/null; rm -rf "$work"' EXIT
 
-wait_listen() {
-	for _ in $(seq 300); do
-		kill -0 "$2" 2>/dev/null || return 1
-		[ -n "$("${in_srv[@]}" ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 head -c $((size * 1024 * 1024)) /dev/urandom >"$work/src"
 bytes=$((size * 1024 * 1024))
@@ -52,7 +44,7 @@ for mode in write read send; do
 		"${in_srv[@]}" "$run" "$repl" serve "$work/dst" --port "$port" --once \
 			>/dev/null 2>&1 &
 		spid=$!
-		wait_listen "$port" "$spid" || exit 1
+		wait_listen "$port" "$spid" "${REPL_SRV_NS:-}" || exit 1
 		out=$(timeout 600 "${in_cli[@]}" "$run" "$repl" send "$work/src" "$host": \
 			--port "$port" --mode "$mode" --streams "$streams" --json "${extra[@]}")
 		wait "$spid"
@@ -76,7 +68,7 @@ if command -v iperf3 >/dev/null; then
 			"${in_srv[@]}" iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
 		fi
 		spid=$!
-		wait_listen "$port" "$spid" || exit 1
+		wait_listen "$port" "$spid" "${REPL_SRV_NS:-}" || exit 1
 		if [ $what = file ]; then
 			j=$("${in_cli[@]}" iperf3 -c "$host" -p "$port" -F "$work/src" -n "$bytes" -J)
 		else

@@ -87,13 +87,15 @@ pick_port() {
 	return 1
 }
 
-# wait_listen PORT [PID]: until something listens on TCP PORT, while
-# process PID (if given) lives; 30 s at most, a hang guard.
+# wait_listen PORT [PID [NETNS]]: until something listens on TCP PORT
+# (in network namespace NETNS, if given), while process PID (if given)
+# lives; 30 s at most, a hang guard.
 wait_listen() {
-	local _
+	local _ in=()
+	[ -z "${3:-}" ] || in=(ip netns exec "$3")
 	for _ in $(seq 300); do
 		[ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || return 1
-		[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
+		[ -n "$("${in[@]}" ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
 		sleep 0.1
 	done
 	return 1
