@@ -13,6 +13,8 @@
  * is used when the kernel allows it and epoll otherwise.
  * WISP_BUSY_POLL_US bounds how long the engine spins on its sockets after
  * traffic before it blocks (glue_engine.c "Busy polling").
+ * WISP_SEND_ZC turns on zero-copy sends for large gathered sends
+ * (glue_engine.c "Zero-copy sends").
  */
 #ifndef WISP_GLUE_H
 #define WISP_GLUE_H
@@ -109,6 +111,27 @@ void glue_engine_destroy(struct glue_engine *e);
  */
 int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us);
 
+/*
+ * WISP_SEND_ZC: off (the default), on (GLUE_SEND_ZC_ON_BYTES), or a
+ * number of octets from GLUE_SEND_ZC_MIN_BYTES to GLUE_SEND_ZC_MAX_BYTES.
+ * A gathered send of at least that many octets on a plaintext
+ * connection goes out zero-copy (io_uring IORING_OP_SENDMSG_ZC, epoll
+ * sendmsg with MSG_ZEROCOPY) where the kernel offers it, and its octets
+ * count as sent (tx_done) only once the kernel's notification says it
+ * no longer reads the pages (glue_engine.c "Zero-copy sends").
+ */
+#define GLUE_SEND_ZC_ON_BYTES   65536u
+#define GLUE_SEND_ZC_MIN_BYTES  4096u
+#define GLUE_SEND_ZC_MAX_BYTES  (1u << 30)
+
+/*
+ * Parse a WISP_SEND_ZC value: "off", "on", or decimal digits only (no
+ * sign, space or suffix) from GLUE_SEND_ZC_MIN_BYTES to
+ * GLUE_SEND_ZC_MAX_BYTES. Returns 0 and sets *min (0 for off), or
+ * -EINVAL (NULL, empty or anything else).
+ */
+int glue_send_zc_parse(const char *s, size_t *min);
+
 /* What the engine's busy polling did (relaxed reads, any thread). */
 struct glue_engine_stats {
 	uint64_t bp_windows;   /* spins started after traffic */
@@ -121,6 +144,12 @@ struct glue_engine_stats {
 				* window again */
 	unsigned bp_max_us;    /* the setting */
 	unsigned bp_budget_us; /* the window now */
+	/* Zero-copy sends (WISP_SEND_ZC). */
+	size_t zc_min;         /* the setting; 0: off */
+	bool zc_avail;         /* the backend can send zero-copy */
+	uint64_t zc_sends;     /* sends that went zero-copy */
+	uint64_t zc_copied;    /* of those, the kernel said it copied */
+	uint64_t zc_fallback;  /* refused (ENOBUFS), sent by copy */
 };
 
 void glue_engine_get_stats(const struct glue_engine *e,

@@ -357,7 +357,8 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
 	conn_set_state(c, GLUE_CONN_GONE);
-	close(c->fd);
+	if (c->fd >= 0)           /* -1: conn_zc_abort_close closed it */
+		close(c->fd);
 	c->fd = -1;
 	glue_tls_free(c->tls);
 	c->tls = NULL;
@@ -623,6 +624,14 @@ void glue_engine_get_stats(const struct glue_engine *e,
 	st->bp_busy = BP_GET(busy);
 	st->bp_grown = BP_GET(grown);
 #undef BP_GET
+	st->zc_min = e->zc_min;
+	st->zc_avail = e->zc_avail;
+	st->zc_sends = atomic_load_explicit(&m->zc_st.sends,
+					    memory_order_relaxed);
+	st->zc_copied = atomic_load_explicit(&m->zc_st.copied,
+					     memory_order_relaxed);
+	st->zc_fallback = atomic_load_explicit(&m->zc_st.fallback,
+					       memory_order_relaxed);
 	st->bp_max_us = (unsigned)(e->bp_max_ns / 1000);
 	st->bp_budget_us = (unsigned)(atomic_load_explicit(&m->bp_budget_pub,
 					memory_order_relaxed) / 1000);
@@ -727,6 +736,115 @@ static bool busy_poll(struct glue_engine *e)
 	e->bp_hold_ns = BP_HOLD_MIN_NS;
 	bp_set_budget(e, e->bp_budget_ns * 2);
 	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Zero-copy sends                                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The octets tx_fill hands over point into the application's memory (an
+ * MR) and into the owner's per-FPDU headers and trailers. A plain send
+ * copies them into socket buffers before it returns, so tx_done may say
+ * "sent" at once and the owner completes the WR, drops its MR
+ * references and reuses the header area. A zero-copy send (WISP_SEND_ZC)
+ * pins the pages instead, and the kernel reads them until every segment
+ * made from them has been acknowledged (or copied, on a local path); it
+ * says so later, in a notification: a second CQE with IORING_CQE_F_NOTIF
+ * (io_uring), a SO_EE_ORIGIN_ZEROCOPY message on the socket's error
+ * queue (epoll). So such a send's result is held back: tx_busy stays set
+ * and tx_done comes only with the notification. Everything the owner
+ * keeps until tx_done (the WR's completion, the MR references that
+ * ibv_dereg_mr waits for, the headers, pad and CRC of the batch) then
+ * lasts until the kernel has let go of the pages, without the owner
+ * knowing sends can be zero-copy. The price is one batch in flight per
+ * connection: the next one starts after the acknowledgement, not after
+ * the copy (docs/configuration.md).
+ *
+ * An aborted connection may never see that acknowledgement (the peer is
+ * gone, or stopped reading): the engine then closes the socket at once
+ * with SO_LINGER 0, which resets the stream and frees the queued
+ * segments, so the notification comes (io_uring) or can no longer come
+ * (epoll: the error queue went with the socket) and the connection
+ * finishes; ibv_dereg_mr and QP destruction never wait for a peer.
+ */
+
+int glue_send_zc_parse(const char *s, size_t *min)
+{
+	unsigned long v = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (!strcmp(s, "off")) {
+		*min = 0;
+		return 0;
+	}
+	if (!strcmp(s, "on")) {
+		*min = GLUE_SEND_ZC_ON_BYTES;
+		return 0;
+	}
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > GLUE_SEND_ZC_MAX_BYTES)
+			return -EINVAL;
+	}
+	if (v < GLUE_SEND_ZC_MIN_BYTES)
+		return -EINVAL;
+	*min = v;
+	return 0;
+}
+
+static int send_zc_setting(size_t *min)
+{
+	const char *env = getenv("WISP_SEND_ZC");
+
+	if (!glue_send_zc_parse(env ? env : "off", min))
+		return 0;
+	fprintf(stderr, "wisp: WISP_SEND_ZC=\"%s\" is not valid; accepted "
+		"values: off, on, %u .. %u (octets)\n", env,
+		GLUE_SEND_ZC_MIN_BYTES, GLUE_SEND_ZC_MAX_BYTES);
+	return -EINVAL;
+}
+
+/* Should the send of c->tx_iov[0..n) go zero-copy? (tx_lock held) */
+static bool conn_zc_wanted(const struct glue_conn *c, int n)
+{
+	size_t total = 0;
+
+	if (!c->zc_ok || c->tls)
+		return false;
+	for (int i = 0; i < n && total < c->e->zc_min; i++)
+		total += c->tx_iov[i].iov_len;
+	return total >= c->e->zc_min;
+}
+
+/* An aborting c waits for a zero-copy notification: reset the stream
+ * and close the socket now (engine thread). As conn_finish, under both
+ * locks, for the threads that checked the state before it changed. */
+static void conn_zc_abort_close(struct glue_engine *e, struct glue_conn *c)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	e->be->conn_del(e, c);
+	pthread_mutex_lock(&c->tx_lock);
+	pthread_mutex_lock(&c->rx_lock);
+	setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(c->fd);
+	c->fd = -1;
+	pthread_mutex_unlock(&c->rx_lock);
+	pthread_mutex_unlock(&c->tx_lock);
+	glue_debug("conn %p: closed with a zero-copy send in flight",
+		   (void *)c);
+	e->be->zc_closed(e, c);
+}
+
+void glue_zc_notified(struct glue_conn *c, bool copied)
+{
+	if (copied)
+		atomic_fetch_add_explicit(&c->e->zc_st.copied, 1,
+					  memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------ */
@@ -946,6 +1064,7 @@ void glue_tx_result(struct glue_conn *c, long res)
 
 	pthread_mutex_lock(&c->tx_lock);
 	c->tx_busy = false;
+	c->tx_zc = false;
 	glue_stat_tx_result(c, res);
 	if (conn_stopped(c))
 		goto out;
@@ -982,6 +1101,12 @@ bool glue_conn_send_now(struct glue_conn *c)
 	niov = conn_tx_fill(c);
 	if (niov <= 0)
 		goto out;
+	if (conn_zc_wanted(c, niov)) {
+		/* Large enough to go zero-copy: the engine's to send, and
+		 * to hold until the kernel's notification. */
+		more = true;
+		goto out;
+	}
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
 	TSAN_SENT(c);
@@ -1101,6 +1226,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		c->tx_msg.msg_iov = c->tx_iov;
 		c->tx_msg.msg_iovlen = (size_t)n;
 		c->tx_busy = true;
+		c->tx_zc = conn_zc_wanted(c, n);
 		glue_stat_tx_start(c);
 		TSAN_SENT(c);
 		bp_active(e);
@@ -1294,6 +1420,9 @@ static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
 	if ((conn_state(c) == GLUE_CONN_CLOSING ||
 	     conn_state(c) == GLUE_CONN_SHUT_WR) && now >= c->deadline_ms)
 		conn_abort(c, 0);
+	if (conn_state(c) == GLUE_CONN_ABORTING && c->tx_busy && c->tx_zc &&
+	    c->fd >= 0)
+		conn_zc_abort_close(e, c);
 	if (conn_state(c) == GLUE_CONN_ABORTING && !c->rx_op && !c->tx_busy) {
 		/* Queued again meanwhile: finish it when it comes round. */
 		if (!ready_claim(c))
@@ -1394,11 +1523,14 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 {
 	struct glue_engine *e;
 	unsigned bp_us;
+	size_t zc_min = 0;
 	int ret;
 
 	ret = pick_kind(&kind);
 	if (!ret)
 		ret = busy_poll_setting(&bp_us);
+	if (!ret)
+		ret = send_zc_setting(&zc_min);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
@@ -1416,6 +1548,7 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	bp_set_budget(e, e->bp_max_ns);
 	e->bp_hold_ns = BP_HOLD_MIN_NS;
 	e->bp_woke_after_ns = -1;
+	e->zc_min = zc_min;
 	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
 	ret = e->be->init(e);
 	if (ret && kind == GLUE_AUTO) {
@@ -1473,6 +1606,13 @@ void glue_engine_destroy(struct glue_engine *e)
 			   (unsigned long long)st.bp_busy,
 			   (unsigned long long)st.bp_grown, st.bp_budget_us);
 	}
+	if (e->zc_min)
+		glue_debug("engine %p zero-copy from %zu octets (%s): sends %llu "
+			   "copied %llu fallback %llu", (void *)e, e->zc_min,
+			   e->zc_avail ? "available" : "not available",
+			   (unsigned long long)atomic_load(&e->zc_st.sends),
+			   (unsigned long long)atomic_load(&e->zc_st.copied),
+			   (unsigned long long)atomic_load(&e->zc_st.fallback));
 	e->be->fini(e);
 	close(e->wake_fd);
 	pthread_cond_destroy(&e->cmd_cond);

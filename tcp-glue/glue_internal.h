@@ -123,6 +123,16 @@ struct glue_conn {
 	size_t tx_offered;        /* octets of the send in flight */
 	int64_t tx_start_ns;      /* when the engine submitted it */
 
+	/* Zero-copy sends (glue_engine.c "Zero-copy sends"), under
+	 * tx_lock. zc_ok: the backend took SO_ZEROCOPY / has SENDMSG_ZC
+	 * for this socket (fixed once adopted). tx_zc: the send in flight
+	 * is zero-copy; tx_busy stays set until its notification. */
+	bool zc_ok;
+	bool tx_zc;
+	long zc_res;              /* its result, held until then */
+	uint32_t zc_id;           /* epoll: its notification's number */
+	uint32_t zc_next;         /* epoll: the next MSG_ZEROCOPY's */
+
 };
 
 /* ---- glue_stats.c: counting, under the side's lock ---- */
@@ -160,6 +170,11 @@ struct glue_backend {
 	/* Busy polling: hand queued requests to the kernel and dispatch
 	 * the events already there, without blocking. Returns how many. */
 	int (*peek)(struct glue_engine *e);
+	/* Zero-copy: the engine closed the socket of an aborting c whose
+	 * zero-copy send waits for its notification (c->fd is -1 now, and
+	 * conn_del has run). The backend reports the send's result once
+	 * no notification can come any more. */
+	void (*zc_closed)(struct glue_engine *e, struct glue_conn *c);
 };
 
 struct glue_cmd {
@@ -204,6 +219,14 @@ struct glue_engine {
 		_Atomic uint64_t windows, spins, hits, misses, busy, grown;
 	} bp_st;
 
+	/* Zero-copy sends: WISP_SEND_ZC (0: off); whether the backend
+	 * offers them (set by its init); counters (glue_engine_stats). */
+	size_t zc_min;
+	bool zc_avail;
+	struct {
+		_Atomic uint64_t sends, copied, fallback;
+	} zc_st;
+
 	pthread_mutex_t cmd_lock;
 	pthread_cond_t cmd_cond;
 	struct glue_cmd *cmd_head, *cmd_tail;
@@ -216,6 +239,11 @@ extern const struct glue_backend glue_epoll_backend;
  * -errno). */
 void glue_rx_ready(struct glue_conn *c);
 void glue_tx_result(struct glue_conn *c, long res);
+
+/* Zero-copy: a notification for c's send came; copied: the kernel said
+ * it copied the octets after all. Counts it; the backend then reports
+ * the held result through glue_tx_result. */
+void glue_zc_notified(struct glue_conn *c, bool copied);
 
 /* Drain the wake eventfd (epoll backend; io_uring reads it itself). */
 void glue_wake_drain(struct glue_engine *e);

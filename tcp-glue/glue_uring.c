@@ -9,19 +9,51 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #define RING_ENTRIES 256
 
 /* user_data: the connection pointer with the operation in its low bits
- * (connections are at least 8-byte aligned); 0 is the wake read. */
-enum { OP_WAKE = 0, OP_RX = 1, OP_TX = 2, OP_TXPOLL = 3, OP_MASK = 3 };
+ * (connections come from calloc: at least 8-byte aligned); 0 is the
+ * wake read. */
+enum {
+	OP_WAKE = 0, OP_RX = 1, OP_TX = 2, OP_TXPOLL = 3, OP_TXZC = 4,
+	OP_MASK = 7
+};
+_Static_assert(_Alignof(max_align_t) > OP_MASK, "room for the op bits");
+
+/* Newer than liburing 2.3's header (Linux 6.2 uapi): ask the notification
+ * CQE to say whether the kernel copied after all. */
+#ifndef IORING_SEND_ZC_REPORT_USAGE
+#define IORING_SEND_ZC_REPORT_USAGE (1U << 3)
+#endif
+#ifndef IORING_NOTIF_USAGE_ZC_COPIED
+#define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31)
+#endif
 
 struct uring_priv {
 	struct io_uring ring;
 	uint64_t wake_buf;
 	bool wake_armed;
+	/* IORING_OP_SENDMSG_ZC is there (probed); the ioprio flags its
+	 * SQEs carry (REPORT_USAGE until a kernel refuses it). */
+	bool zc;
+	uint16_t zc_flags;
 };
+
+/* Does the kernel know IORING_OP_SENDMSG_ZC (Linux 6.1)? */
+static bool probe_sendmsg_zc(struct io_uring *ring)
+{
+	struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
+	bool ok;
+
+	if (!probe)
+		return false;
+	ok = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC);
+	io_uring_free_probe(probe);
+	return ok;
+}
 
 static struct io_uring_sqe *get_sqe(struct uring_priv *p)
 {
@@ -62,6 +94,11 @@ static int uring_init(struct glue_engine *e)
 		free(p);
 		return ret;
 	}
+	if (e->zc_min) {
+		p->zc = probe_sendmsg_zc(&p->ring);
+		p->zc_flags = IORING_SEND_ZC_REPORT_USAGE;
+		e->zc_avail = p->zc;
+	}
 	e->be_priv = p;
 	return 0;
 }
@@ -77,8 +114,10 @@ static void uring_fini(struct glue_engine *e)
 
 static int uring_conn_add(struct glue_engine *e, struct glue_conn *c)
 {
-	(void)e;
-	(void)c;
+	struct uring_priv *p = e->be_priv;
+
+	/* SENDMSG_ZC needs no socket option; TLS sends from user space. */
+	c->zc_ok = p->zc && !c->tls;
 	return 0;
 }
 
@@ -115,8 +154,51 @@ static void uring_start_tx(struct glue_engine *e, struct glue_conn *c)
 	}
 	/* MSG_NOSIGNAL: a peer that vanished is an EPIPE result, not a
 	 * SIGPIPE that kills the application. */
+	if (c->tx_zc) {
+		/* Two CQEs: the send's result (with IORING_CQE_F_MORE),
+		 * then the notification once the pages are free. */
+		io_uring_prep_sendmsg_zc(sqe, c->fd, &c->tx_msg, MSG_NOSIGNAL);
+		sqe->ioprio |= p->zc_flags;
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TXZC);
+		atomic_fetch_add_explicit(&e->zc_st.sends, 1,
+					  memory_order_relaxed);
+		return;
+	}
 	io_uring_prep_sendmsg(sqe, c->fd, &c->tx_msg, MSG_NOSIGNAL);
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TX);
+}
+
+/* A CQE of a zero-copy send. The result is c's once the notification
+ * came, or at once when none will (no IORING_CQE_F_MORE). */
+static void zc_cqe(struct uring_priv *p, struct glue_conn *c,
+		   const struct io_uring_cqe *cqe)
+{
+	if (cqe->flags & IORING_CQE_F_NOTIF) {
+		glue_zc_notified(c, (uint32_t)cqe->res &
+				    IORING_NOTIF_USAGE_ZC_COPIED);
+		glue_tx_result(c, c->zc_res);
+		return;
+	}
+	if (cqe->flags & IORING_CQE_F_MORE) {
+		c->zc_res = cqe->res;
+		return;
+	}
+	if (cqe->res == -EINVAL && p->zc_flags) {
+		/* A kernel before 6.2: no usage report. Send again
+		 * without asking for it. */
+		p->zc_flags = 0;
+		glue_tx_result(c, -EAGAIN);
+		return;
+	}
+	glue_tx_result(c, cqe->res);
+}
+
+/* The engine closed c's socket; the notification still comes (the
+ * reset freed the segments), so keep waiting for it. */
+static void uring_zc_closed(struct glue_engine *e, struct glue_conn *c)
+{
+	(void)e;
+	(void)c;
 }
 
 static void uring_arm_tx(struct glue_engine *e, struct glue_conn *c)
@@ -152,6 +234,9 @@ static void dispatch(struct glue_engine *e, struct uring_priv *p,
 		break;
 	case OP_TXPOLL:
 		glue_tx_result(c, -EAGAIN);
+		break;
+	case OP_TXZC:
+		zc_cqe(p, c, cqe);
 		break;
 	default:
 		break;
@@ -215,4 +300,5 @@ const struct glue_backend glue_uring_backend = {
 	.arm_tx = uring_arm_tx,
 	.wait = uring_wait,
 	.peek = uring_peek,
+	.zc_closed = uring_zc_closed,
 };
