@@ -264,6 +264,34 @@ void rdmap_stag_unref_wake(struct rdmap_stag_table *t)
 	pthread_mutex_unlock(&t->lock);
 }
 
+bool rdmap_stag_wait_unref(struct rdmap_stag_table *t,
+			   const struct rdmap_mr *mr, int timeout_ms)
+{
+	struct rdmap_stag_slot *s = mr->slot;
+	struct timespec end;
+	bool held;
+
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += timeout_ms / 1000;
+	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (end.tv_nsec >= 1000000000) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&t->lock);
+	/* As remove(): the count is checked under the lock that the last
+	 * put broadcasts under. */
+	while ((held = atomic_load_explicit(&s->word, memory_order_acquire) &
+		       RDMAP_SLOT_REFS) &&
+	       pthread_cond_clockwait(&t->unref, &t->lock, CLOCK_MONOTONIC,
+				      &end) != ETIMEDOUT)
+		;
+	held = atomic_load_explicit(&s->word, memory_order_acquire) &
+	       RDMAP_SLOT_REFS;
+	pthread_mutex_unlock(&t->lock);
+	return !held;
+}
+
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr)
 {
 	struct rdmap_stag_slot *s = mr->slot;

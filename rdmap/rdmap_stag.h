@@ -133,6 +133,13 @@ bool rdmap_stag_unpublish(struct rdmap_stag_table *t, struct rdmap_mr *mr);
  * is depends only on the holders: see rdmap_stag_unpublish(). */
 void rdmap_stag_remove(struct rdmap_stag_table *t, struct rdmap_mr *mr);
 
+/* Sleep (never spin) until every reference taken on the unpublished mr
+ * has been put, or timeout_ms passed. Returns true if none is held. For
+ * holders that let go soon without being asked (a zero-copy send waiting
+ * for the peer's acknowledgement), before revoking what is left. */
+bool rdmap_stag_wait_unref(struct rdmap_stag_table *t,
+			   const struct rdmap_mr *mr, int timeout_ms);
+
 /* The put that drops the last reference of an unpublished MR: wake
  * rdmap_stag_remove(). Called by rdmap_mr_put() only. */
 void rdmap_stag_unref_wake(struct rdmap_stag_table *t);

@@ -104,6 +104,15 @@ int wisp_qp_connect_fd(struct ibv_qp *qp, int fd, bool active,
 		       const struct wisp_mpa_prefs *prefs, int timeout_ms);
 
 /*
+ * Test and benchmark helper: of the sends ctx's engine made, how many
+ * went zero-copy (WISP_SEND_ZC, docs/configuration.md) and of those how
+ * many the kernel said it copied after all. Returns 0, or ENOENT if ctx
+ * has no engine yet (no QP has been connected).
+ */
+int wisp_context_zc_stats(struct ibv_context *ctx, uint64_t *sends,
+			  uint64_t *copied);
+
+/*
  * Statistics (wisp_stats_shm.h): librdmacm reports each connection
  * manager event the application sees, and each connection it refuses,
  * so that wisp-stat can show them. Any thread; costs one atomic add.

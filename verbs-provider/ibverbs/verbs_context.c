@@ -19,6 +19,7 @@
 #include "glue.h"
 #include "rdmap_stag.h"
 #include "verbs_stats.h"
+#include "../wisp_private.h"
 
 int wisp_context_init(struct wisp_context *wctx)
 {
@@ -64,6 +65,35 @@ struct glue_engine *wisp_context_engine(struct wisp_context *wctx)
 	e = wctx->engine;
 	pthread_mutex_unlock(&wctx->lock);
 	return e;
+}
+
+int wisp_context_zc_grace_ms(struct wisp_context *wctx)
+{
+	struct glue_engine_stats st = { 0 };
+
+	pthread_mutex_lock(&wctx->lock);
+	if (wctx->engine)
+		glue_engine_get_stats(wctx->engine, &st);
+	pthread_mutex_unlock(&wctx->lock);
+	return st.zc_min && st.zc_avail ? WISP_ZC_DEREG_GRACE_MS : 0;
+}
+
+int wisp_context_zc_stats(struct ibv_context *ctx, uint64_t *sends,
+			  uint64_t *copied)
+{
+	struct wisp_context *wctx = to_wctx(ctx);
+	struct glue_engine_stats st;
+	int ret = ENOENT;
+
+	pthread_mutex_lock(&wctx->lock);
+	if (wctx->engine) {
+		glue_engine_get_stats(wctx->engine, &st);
+		*sends = st.zc_sends;
+		*copied = st.zc_copied;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&wctx->lock);
+	return ret;
 }
 
 struct rdmap_stag_table *wisp_context_stags(struct wisp_context *wctx)

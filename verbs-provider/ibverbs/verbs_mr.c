@@ -136,8 +136,13 @@ int wisp_dereg_mr(struct ibv_mr *ibmr)
 	/* No new reference from now on. The ones held are never left to a
 	 * peer: the QPs drop them (a placement in flight is diverted, a
 	 * send that may read the MR is aborted) and remove() sleeps only
-	 * until the engine has done so. */
-	if (rdmap_stag_unpublish(t, &mr->m))
+	 * until the engine has done so. With zero-copy sends, a send the
+	 * kernel has taken whole holds the MR until the peer acknowledges
+	 * it, which is usually soon: wait a little for that before
+	 * aborting (WISP_ZC_DEREG_GRACE_MS). */
+	if (rdmap_stag_unpublish(t, &mr->m) &&
+	    !rdmap_stag_wait_unref(t, &mr->m,
+				   wisp_context_zc_grace_ms(to_wctx(ibmr->context))))
 		wisp_qps_revoke_mr(ibmr->context, &mr->m);
 	rdmap_stag_remove(t, &mr->m);
 	wisp_pd_put(ibmr->pd);

@@ -146,6 +146,13 @@ void wisp_async_event_push(struct ibv_context *ctx,
 struct rdmap_stag_table *wisp_context_stags(struct wisp_context *wctx);
 struct glue_engine *wisp_context_engine(struct wisp_context *wctx);
 
+/* How long ibv_dereg_mr waits for the references zero-copy sends hold
+ * (until the peer acknowledges them) before it aborts the streams that
+ * hold them: WISP_ZC_DEREG_GRACE_MS while wctx's engine sends zero-copy
+ * (WISP_SEND_ZC), else 0. */
+#define WISP_ZC_DEREG_GRACE_MS 250
+int wisp_context_zc_grace_ms(struct wisp_context *wctx);
+
 /* ---- verbs_gid.c ------------------------------------------------- */
 /*
  * Build the GID table: one entry per non-loopback interface with a 6-octet
