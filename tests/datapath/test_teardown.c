@@ -33,9 +33,10 @@ struct raw {
 	int peer;                 /* the raw peer's socket */
 };
 
-/* A loopback pair; the wisp end gets a small send buffer and the peer a
- * small receive buffer, so that a stalled peer stalls the engine soon. */
-static void raw_setup(struct raw *r, bool small_bufs)
+/* A loopback pair; the peer gets a small receive buffer if small_rcv,
+ * the wisp end a small send buffer if small_snd, so that a stalled peer
+ * stalls the engine soon. */
+static void raw_setup_bufs(struct raw *r, bool small_rcv, bool small_snd)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	socklen_t len = sizeof(sin);
@@ -57,7 +58,7 @@ static void raw_setup(struct raw *r, bool small_bufs)
 	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
 	r->peer = socket(AF_INET, SOCK_STREAM, 0);
 	cr_assert(r->peer >= 0);
-	if (small_bufs)
+	if (small_rcv)
 		cr_assert_eq(setsockopt(r->peer, SOL_SOCKET, SO_RCVBUF, &small,
 					sizeof(small)), 0);
 	cr_assert_eq(connect(r->peer, (struct sockaddr *)&sin, sizeof(sin)),
@@ -65,10 +66,15 @@ static void raw_setup(struct raw *r, bool small_bufs)
 	qfd = accept(lfd, NULL, NULL);
 	cr_assert(qfd >= 0);
 	close(lfd);
-	if (small_bufs)
+	if (small_snd)
 		cr_assert_eq(setsockopt(qfd, SOL_SOCKET, SO_SNDBUF, &small,
 					sizeof(small)), 0);
 	cr_assert_eq(wisp_qp_attach_stream(r->s.qp, qfd, &p), 0);
+}
+
+static void raw_setup(struct raw *r, bool small_bufs)
+{
+	raw_setup_bufs(r, small_bufs, small_bufs);
 }
 
 static void raw_teardown(struct raw *r)
@@ -489,4 +495,166 @@ Test(teardown, local_error_with_a_stalled_peer_completes, .timeout = 60)
 		  "the wire");
 	free(buf);
 	raw_teardown(&r);
+}
+
+/* ---- zero-copy sends (WISP_SEND_ZC) ---- */
+
+/* Turn zero-copy sends on for every send of 4 KiB or more (before the
+ * context's engine exists), or skip if this kernel has none. */
+static void zc_on(void)
+{
+	cr_assert_eq(setenv("WISP_SEND_ZC", "4096", 1), 0);
+}
+
+static uint64_t zc_sends(struct ibv_context *ctx)
+{
+	uint64_t sends = 0, copied = 0;
+
+	cr_assert_eq(wisp_context_zc_stats(ctx, &sends, &copied), 0);
+	return sends;
+}
+
+static struct ibv_send_wr write_wr(struct ibv_sge *sge, uint64_t id)
+{
+	struct ibv_send_wr wr = { 0 };
+
+	wr.wr_id = id;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.sg_list = sge;
+	wr.num_sge = 1;
+	wr.wr.rdma.rkey = 0x12345678;
+	wr.wr.rdma.remote_addr = 0;
+	return wr;
+}
+
+/*
+ * A zero-copy send hands the kernel the MR's pages, not a copy: a WRITE
+ * may complete only once the kernel no longer reads them (the peer has
+ * acknowledged every octet), not when the send's result comes. The peer
+ * reads nothing at first, so most of the WRITE
+ * waits in the wisp end's socket; the application overwrites the buffer
+ * the moment the WRITE completes, and the peer must still read only
+ * what was there before. (Completing at the send's result puts the
+ * overwrite on the wire: tests/unit/test_glue_zc.c shows the same at
+ * the engine's level.)
+ */
+Test(teardown, zc_write_completes_once_the_peer_has_it, .timeout = 60)
+{
+	const size_t len = 4u << 20;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+	struct ibv_mr *mr;
+	struct raw r;
+	uint8_t *buf, chunk[65536];
+	size_t got = 0, run = 0;
+	bool marked = false, done = false;
+	int64_t end;
+
+	zc_on();
+	/* Default buffers: a receive buffer of a few KB with loopback's
+	 * 64 KB MSS can stall TCP itself (the window never opens by an
+	 * MSS), and an unread peer already holds most of 4 MiB back. */
+	raw_setup_bufs(&r, false, false);
+	mr = dp_mr(r.s.pd, len, DP_ALL_ACCESS, &buf);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i & 0x7f);      /* never MARK */
+	sge = (struct ibv_sge){ .addr = (uintptr_t)buf,
+				.length = (uint32_t)len, .lkey = mr->lkey };
+	wr = write_wr(&sge, 1);
+	cr_assert_eq(ibv_post_send(r.s.qp, &wr, &bad), 0);
+	wait_for_octets(r.peer);
+	if (!zc_sends(r.s.ctx))
+		usleep(100 * 1000);
+	cr_assert_gt(zc_sends(r.s.ctx), 0, "the WRITE went zero-copy");
+	/* The peer stalls a while: a completion now would be early. */
+	for (end = dp_now_ms() + 300; dp_now_ms() < end && !done;) {
+		done = ibv_poll_cq(r.s.scq, 1, &wc) == 1;
+		if (!done)
+			usleep(1000);
+	}
+	if (done)
+		memset(buf, MARK, len);
+	/* Then it reads, and the application reuses the buffer as soon as
+	 * the WRITE completes. */
+	for (end = dp_now_ms() + 10000;
+	     dp_now_ms() < end && (!done || got < len);) {
+		ssize_t n = recv(r.peer, chunk, sizeof(chunk), MSG_DONTWAIT);
+
+		for (ssize_t i = 0; i < n; i++) {
+			run = chunk[i] == MARK ? run + 1 : 0;
+			if (run >= MARK_RUN)
+				marked = true;
+		}
+		if (n > 0)
+			got += (size_t)n;
+		if (!done && ibv_poll_cq(r.s.scq, 1, &wc) == 1) {
+			done = true;
+			memset(buf, MARK, len);
+		}
+		if (n <= 0)
+			usleep(200);
+	}
+	cr_assert(done, "the WRITE completed once the peer read (%zu octets)",
+		  got);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "%s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_geq(got, len, "the peer read the WRITE (%zu)", got);
+	cr_assert(!marked, "memory written after the completion reached the "
+		  "wire");
+	cr_assert_eq(ibv_dereg_mr(mr), 0);
+	free(buf);
+	raw_teardown(&r);
+}
+
+/*
+ * ibv_destroy_qp, ibv_dereg_mr and freeing the memory while a zero-copy
+ * WRITE waits for a peer that never reads: nothing waits for the peer
+ * (the stream is reset and the kernel lets go of the pages), the WR is
+ * flushed, nothing written afterwards reaches the wire, and nothing
+ * touches the freed memory or the freed QP (ASan).
+ */
+Test(teardown, zc_destroy_and_dereg_with_send_in_flight, .timeout = 60)
+{
+	const size_t len = 4u << 20;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	struct ibv_mr *mr;
+	struct raw r;
+	uint8_t *buf;
+	int64_t t0;
+	bool marked;
+
+	zc_on();
+	raw_setup(&r, true);
+	mr = dp_mr(r.s.pd, len, DP_ALL_ACCESS, &buf);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i & 0x7f);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)buf,
+				.length = (uint32_t)len, .lkey = mr->lkey };
+	wr = write_wr(&sge, 1);
+	cr_assert_eq(ibv_post_send(r.s.qp, &wr, &bad), 0);
+	wait_for_octets(r.peer);
+	for (t0 = dp_now_ms(); !zc_sends(r.s.ctx) && dp_now_ms() < t0 + 5000;)
+		usleep(1000);
+	cr_assert_gt(zc_sends(r.s.ctx), 0, "the WRITE went zero-copy");
+
+	t0 = dp_now_ms();
+	cr_assert_eq(ibv_dereg_mr(mr), 0);
+	memset(buf, MARK, len);
+	free(buf);
+	cr_assert_eq(ibv_destroy_qp(r.s.qp), 0);
+	cr_log_info("dereg and destroy took %lld ms",
+		    (long long)(dp_now_ms() - t0));
+	/* The peer sees the start of the WRITE, then the reset. */
+	read_until_end(r.peer, NULL, 0, &marked);
+	cr_assert(!marked, "memory written after ibv_dereg_mr reached the "
+		  "wire");
+	close(r.peer);
+	cr_assert_eq(ibv_destroy_cq(r.s.scq), 0);
+	cr_assert_eq(ibv_destroy_cq(r.s.rcq), 0);
+	cr_assert_eq(ibv_destroy_comp_channel(r.s.ch), 0);
+	cr_assert_eq(ibv_dealloc_pd(r.s.pd), 0);
+	cr_assert_eq(ibv_close_device(r.s.ctx), 0);
 }
