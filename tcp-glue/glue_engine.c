@@ -1391,8 +1391,13 @@ static void adopt(struct glue_engine *e, struct glue_conn *c)
 			ret = -ENOMEM;
 		}
 	}
-	if (!ret)
+	if (!ret) {
+		/* Under tx_lock: conn_add sets c->zc_ok, which a posting
+		 * thread's glue_conn_send_now reads under it. */
+		pthread_mutex_lock(&c->tx_lock);
 		ret = e->be->conn_add(e, c);
+		pthread_mutex_unlock(&c->tx_lock);
+	}
 	if (ret)
 		conn_abort(c, -ret);
 }
