@@ -75,7 +75,6 @@ static int ep_conn_add(struct glue_engine *e, struct glue_conn *c)
 		.events = EPOLLONESHOT,
 		.data.ptr = c,
 	};
-
 	int one = 1;
 
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, c->fd, &ev))
