@@ -13,7 +13,8 @@
 # wisp ends) or mtu1500-mss (the same link with WISP_BIG_FPDU=off: FPDUs
 # that fit one segment). CRC: crc or nocrc. The namespaces (root) are
 # made and removed by the script. OUTDIR (default /tmp/wisp-zc.<time>)
-# gets PATH-CRC-zcoff.csv, PATH-CRC-zcon.csv and the programs' output.
+# gets PATH-CRC-ENGINE-zcoff.csv, PATH-CRC-ENGINE-zcon.csv and the
+# programs' output.
 # Environment: WISP_BUILD_DIR (a Release build, default build/release),
 # ZC_REPEAT (3), ZC_SECONDS (2), ZC_ENGINE (uring), ZC_SRV / ZC_CLI (the
 # namespaces' names, default zc-srv / zc-cli). About three
@@ -54,7 +55,7 @@ crc_arg=--crc
 [ "$crc" = nocrc ] && crc_arg=--no-crc
 
 run() { # ZC REPEAT: one wisp_bench run, its output kept
-	local zc=$1 r=$2 name="$path-$crc-zc$1"
+	local zc=$1 r=$2 name="$path-$crc-$engine-zc$1"
 	echo "zc: $name repeat $r (load $(cut -d' ' -f1 /proc/loadavg))"
 	WISP_SEND_ZC=$zc WISP_BIG_FPDU=$big "$build/bench/wisp_bench" \
 		--engine "$engine" --tests write_64k,write_1m \

@@ -18,14 +18,14 @@ def main(dirs):
     rows = {}
     for d in dirs:
         for f in sorted(glob.glob(os.path.join(d, "*-zc*.csv"))):
-            m = re.match(r"(.+)-(crc|nocrc)-zc(on|off)\.csv$",
+            m = re.match(r"(.+)-(crc|nocrc)-(uring|epoll)-zc(on|off)\.csv$",
                          os.path.basename(f))
             if not m:
                 continue
-            path, crc, zc = m.groups()
+            path, crc, engine, zc = m.groups()
             with open(f, newline="") as fh:
                 for r in csv.DictReader(fh):
-                    k = (path, crc, r["test"])
+                    k = (path, crc, r["test"], engine)
                     e = rows.setdefault(k, {"off": {}, "on": {}, "tcp": {},
                                             "load": [], "engine": set()})
                     e["engine"].add(r["engine"])
@@ -38,7 +38,8 @@ def main(dirs):
     print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: | ---: | --- |")
     order = {"loopback": 0, "mtu1500": 1, "mtu1500-mss": 2}
-    for k in sorted(rows, key=lambda k: (order.get(k[0], 9), k[1], k[2])):
+    for k in sorted(rows, key=lambda k: (order.get(k[0], 9), k[3] != "uring",
+                                         k[1], k[2])):
         e = rows[k]
         med = lambda xs: statistics.median(xs) if xs else float("nan")
         bw = {s: med(e[s].get("bandwidth", [])) for s in ("off", "on", "tcp")}
