@@ -128,6 +128,7 @@ int wisp_dereg_mr(struct ibv_mr *ibmr)
 {
 	struct rdmap_stag_table *t;
 	struct wisp_mr *mr;
+	int grace;
 
 	if (!ibmr)
 		return EINVAL;
@@ -137,12 +138,12 @@ int wisp_dereg_mr(struct ibv_mr *ibmr)
 	 * peer: the QPs drop them (a placement in flight is diverted, a
 	 * send that may read the MR is aborted) and remove() sleeps only
 	 * until the engine has done so. With zero-copy sends, a send the
-	 * kernel has taken whole holds the MR until the peer acknowledges
-	 * it, which is usually soon: wait a little for that before
-	 * aborting (WISP_ZC_DEREG_GRACE_MS). */
+	 * kernel has taken holds the MR until the peer acknowledges it,
+	 * which is usually soon: wait a little (WISP_ZC_DEREG_GRACE_MS)
+	 * for whatever references there are before revoking the rest. */
+	grace = wisp_context_zc_grace_ms(to_wctx(ibmr->context));
 	if (rdmap_stag_unpublish(t, &mr->m) &&
-	    !rdmap_stag_wait_unref(t, &mr->m,
-				   wisp_context_zc_grace_ms(to_wctx(ibmr->context))))
+	    !(grace && rdmap_stag_wait_unref(t, &mr->m, grace)))
 		wisp_qps_revoke_mr(ibmr->context, &mr->m);
 	rdmap_stag_remove(t, &mr->m);
 	wisp_pd_put(ibmr->pd);
