@@ -262,7 +262,8 @@ gfinish() { # NAME SECONDS -> prints RC=, RACE= ; copies outputs to $cdir
 	out=$(gctl -t $(($2 + 20)) ". /tmp/h.sh; finish $1 $2; race $1")
 	gctl -t 30 "cat /tmp/c/$1.out" >"$cdir/guest.out" 2>/dev/null
 	gctl -t 30 "cat /tmp/c/$1.err" >"$cdir/guest.err" 2>/dev/null
-	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1\$/,\$p'" >"$cdir/guest.dmesg" 2>/dev/null
+	# from this round's mark on (WISP_INTEROP_REPEAT: the last of them)
+	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1\$/h;/WISP-MARK $1\$/!H;\${x;p;}'" >"$cdir/guest.dmesg" 2>/dev/null
 	g_rc=$(echo "$out" | sed -n 's/^RC=//p')
 	g_race=$(echo "$out" | sed -n 's/^RACE=//p')
 }
@@ -851,6 +852,19 @@ guest_death() {
 	grep -a -m1 -E "kernel BUG|Oops|panic|WARNING:" "$GUEST_SERIAL" | sed 's/^\[[ 0-9.]*\] //' | cut -c1-100
 }
 
+# siw_split_trailer DMESG: siw's "crc error" was its own misreading of a
+# trailer that reached it in two pieces (docs/interop.md, finding 10):
+# the siw_get_trailer call that failed was a continuation, expecting
+# fewer octets than pad + CRC. Needs "func siw_get_trailer +p" (crc cases).
+siw_split_trailer() {
+	awk '/siw_get_trailer: expected [0-9]+, available [0-9]+, pad [0-9]+/ {
+		s = $0; sub(/.*siw_get_trailer: expected /, "", s)
+		split(s, f, /[^0-9]+/); cont = f[1] < f[3] + 4
+	}
+	/siw: crc error/ { hit = cont; exit }
+	END { exit !hit }' "$1"
+}
+
 budget=${WISP_INTEROP_BUDGET:-540}
 current=
 runs=()
@@ -898,6 +912,9 @@ for c in "${runs[@]}"; do
 	mkdir -p "$cdir"
 	verdict= detail= g_rc= g_race= skip=
 	set_wisp
+	# crc: siw's trailer reads into dmesg (siw_split_trailer)
+	[ "$mode" = crc ] && [ "$siw_debug" != 0 ] &&
+		gctl -t 10 'mount -t debugfs none /sys/kernel/debug 2>/dev/null; echo "func siw_get_trailer +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null
 	t0=$(date +%s)
 	# shellcheck disable=SC2086
 	case $kind in
@@ -905,6 +922,8 @@ for c in "${runs[@]}"; do
 	*) "run_$kind" $args ;;
 	esac
 	t1=$(date +%s)
+	[ "$mode" = crc ] && [ "$siw_debug" != 0 ] &&
+		gctl -t 10 'echo "func siw_get_trailer -p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null
 	case $kind in
 	rping | perf | cmp | relay | repl) [ -z "$verdict" ] && [ -z "$skip" ] && [ "$siw_debug" != 0 ] && check_negotiation ;;
 	esac
@@ -924,6 +943,8 @@ for c in "${runs[@]}"; do
 		report PASS "$name$rep" "$detail ($((t1 - t0)) s)"
 	elif [ -n "$xfail" ] && grep -aqE "$xfail" "$GUEST_SERIAL" "$cdir/guest.dmesg" 2>/dev/null; then
 		report XFAIL "$name$rep" "known siw bug: $verdict ($((t1 - t0)) s)"
+	elif [ "$mode" = crc ] && siw_split_trailer "$cdir/guest.dmesg"; then
+		report XFAIL "$name$rep" "known siw bug (MPA trailer split, finding 10): $verdict ($((t1 - t0)) s)"
 	else
 		report FAIL "$name$rep" "$verdict; $detail ($((t1 - t0)) s)"
 	fi
