@@ -965,6 +965,17 @@ out:
 	ready_push(c);            /* engine thread */
 }
 
+void glue_tx_unlock(struct glue_conn *c)
+{
+	pthread_mutex_unlock(&c->tx_lock);
+	/* Pairs with pump_tx's store of tx_handoff before its second
+	 * trylock: one of the two sees the other. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&c->tx_handoff) &&
+	    atomic_exchange(&c->tx_handoff, false))
+		ready_kick(c);    /* the engine left: it looks again now */
+}
+
 bool glue_conn_send_now(struct glue_conn *c)
 {
 	ssize_t n;
@@ -1000,7 +1011,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
 out:
-	pthread_mutex_unlock(&c->tx_lock);
+	glue_tx_unlock(c);
 	if (more) {
 		atomic_store(&c->tx_more, true);
 		if (!tx_left_to_poller(c))
@@ -1081,7 +1092,23 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		return;
 	}
 	atomic_store(&c->tx_deferred, false);
-	pthread_mutex_lock(&c->tx_lock);
+	/* Nothing asked for and nothing to close: leave tx_lock alone. A
+	 * posting thread that finds it taken cannot send at once and hands
+	 * its WR to the engine (a kick, a wake-up, a later send). */
+	if (conn_state(c) == GLUE_CONN_OPEN && !atomic_load(&c->tx_more) &&
+	    !atomic_load(&c->kicked))
+		return;
+	if (pthread_mutex_trylock(&c->tx_lock)) {
+		/* A posting thread is sending (glue_conn_send_now): it takes
+		 * whatever tx_fill has, and once it lets go of the lock it
+		 * queues c again (glue_tx_unlock). Waiting on the lock put
+		 * the engine to sleep on a futex and made that thread wake
+		 * it, once per message of a ping-pong on the epoll engine. */
+		atomic_store(&c->tx_handoff, true);
+		if (pthread_mutex_trylock(&c->tx_lock))
+			return;
+		atomic_store(&c->tx_handoff, false);
+	}
 	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
 
@@ -1288,7 +1315,8 @@ static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
 		 * completed at once (epoll): come back before sleeping, as
 		 * edge-triggered readiness will not. */
 		if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
-		    !c->tx_busy && !atomic_load(&c->tx_deferred))
+		    !c->tx_busy && !atomic_load(&c->tx_deferred) &&
+		    !atomic_load(&c->tx_handoff))
 			ready_push(c);
 	}
 	if ((conn_state(c) == GLUE_CONN_CLOSING ||
@@ -1518,6 +1546,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->kicked, false);
 	/* The engine asks tx_fill at once, and calls the timer. */
 	atomic_init(&c->tx_more, true);
+	atomic_init(&c->tx_handoff, false);
 	atomic_init(&c->rx_more, false);
 	atomic_init(&c->close_req, false);
 	atomic_init(&c->rx_end, 0);

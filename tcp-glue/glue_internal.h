@@ -75,6 +75,9 @@ struct glue_conn {
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;
 	atomic_bool tx_more;      /* tx_fill may have more right away */
+	/* The engine found tx_lock taken by another thread and left:
+	 * that thread queues c again when it lets go (glue_tx_unlock). */
+	atomic_bool tx_handoff;
 	/* Transmit side: taken by the engine around tx_fill / tx_done and
 	 * by a posting thread that sends directly (glue_conn_send_now).
 	 * Recursive: epoll completes a send inside start_tx. */
@@ -216,6 +219,11 @@ extern const struct glue_backend glue_epoll_backend;
  * -errno). */
 void glue_rx_ready(struct glue_conn *c);
 void glue_tx_result(struct glue_conn *c, long res);
+
+/* Let go of c->tx_lock taken outside the engine's pump (a posting
+ * thread, the statistics): if the engine found it taken meanwhile and
+ * left (tx_handoff), queue c so that it looks again. */
+void glue_tx_unlock(struct glue_conn *c);
 
 /* Drain the wake eventfd (epoll backend; io_uring reads it itself). */
 void glue_wake_drain(struct glue_engine *e);
