@@ -968,11 +968,10 @@ out:
 void glue_tx_unlock(struct glue_conn *c)
 {
 	pthread_mutex_unlock(&c->tx_lock);
-	/* Pairs with pump_tx's store of tx_handoff before its second
-	 * trylock: one of the two sees the other. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load(&c->tx_handoff) &&
-	    atomic_exchange(&c->tx_handoff, false))
+	/* pump_tx sets tx_handoff, then tries the lock once more: either
+	 * it gets the lock, or this exchange (a full barrier, as the
+	 * unlock is) sees the flag. */
+	if (atomic_exchange(&c->tx_handoff, false))
 		ready_kick(c);    /* the engine left: it looks again now */
 }
 
