@@ -341,6 +341,8 @@ static void conn_abort(struct glue_conn *c, int reason)
  * may free c as soon as ended() has run. */
 static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 {
+	if (e->bp_hot == c)
+		e->bp_hot = NULL;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -673,6 +675,8 @@ static void bp_block(struct glue_engine *e, bool before)
 			      t - e->bp_slept_ns : -1;
 }
 
+static bool bp_hot_recv(struct glue_engine *e);
+
 /*
  * Spin while the window lasts. Returns true when something turned up (the
  * engine makes another pass), false when it should block.
@@ -699,7 +703,7 @@ static bool busy_poll(struct glue_engine *e)
 		/* A socket that became readable completes its poll (io_uring)
 		 * or shows in epoll_wait: glue_rx_ready() counts the hit. */
 		e->bp_spinning = true;
-		if (e->be->peek(e) > 0)
+		if (bp_hot_recv(e) || e->be->peek(e) > 0)
 			hit = true;
 		e->bp_spinning = false;
 		if (hit)
@@ -1058,8 +1062,10 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	}
 	r = rx_drain(c, 16, &got, false);
 	pthread_mutex_unlock(&c->rx_lock);
-	if (got)
+	if (got) {
 		bp_active(e);
+		e->bp_hot = c;
+	}
 	if (atomic_exchange(&c->close_req, false))
 		conn_start_close(c);
 	end = atomic_load(&c->rx_end);
@@ -1077,6 +1083,46 @@ arm:
 	c->rx_armed = true;
 	if (!c->rx_op)
 		e->be->arm_rx(e, c);
+}
+
+/*
+ * Busy polling, on the connection that last brought octets: read its
+ * socket directly, as a thread polling its CQ does (glue_conn_recv_now),
+ * instead of waiting for the backend to report readiness. With io_uring
+ * that report is a completion posted by task work, which needs the
+ * engine in the kernel (an interrupt from the CPU that received the
+ * octets, or its next system call); with epoll one epoll_wait per look.
+ * A recvmsg that finds nothing costs one system call and leaves the
+ * readiness wait armed. Returns true if it moved octets or met the end
+ * of the stream: c is queued for its pump. Engine thread; not through
+ * TLS, nor on a socket that an application thread polls.
+ */
+static bool bp_hot_recv(struct glue_engine *e)
+{
+	struct glue_conn *c = e->bp_hot;
+	bool got = false;
+	int r;
+
+	if (!c || c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
+	    conn_state(c) != GLUE_CONN_OPEN || app_polls(c))
+		return false;
+	if (pthread_mutex_trylock(&c->rx_lock))
+		return false;
+	r = rx_drain(c, 16, &got, false);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (r > 0 && !got)
+		return false;
+	if (got) {
+		glue_stat_busy_hit(c);
+		bp_active(e);
+	}
+	/* Its pump does the rest: what arrived may call for sending or
+	 * closing; more to read or an end is pump_rx's (rx_more). The
+	 * readiness wait stays armed: it reports the next octets. */
+	if (r <= 0)
+		atomic_store(&c->rx_more, true);
+	ready_push(c);
+	return true;
 }
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)

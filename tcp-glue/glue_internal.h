@@ -203,6 +203,9 @@ struct glue_engine {
 	int64_t bp_hold_ns;       /* the next stay off after a busy host */
 	int64_t bp_hold_until_ns; /* no spinning before this */
 	bool bp_spinning;         /* be->peek runs in a busy poll */
+	/* The connection the engine last received octets on: a busy poll
+	 * reads its socket itself (glue_engine.c, bp_hot_recv). */
+	struct glue_conn *bp_hot;
 	struct {
 		_Atomic uint64_t windows, spins, hits, misses, busy, grown;
 	} bp_st;
