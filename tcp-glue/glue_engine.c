@@ -1148,7 +1148,8 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		 * whatever tx_fill has, and once it lets go of the lock it
 		 * queues c again (glue_tx_unlock). Waiting on the lock put
 		 * the engine to sleep on a futex and made that thread wake
-		 * it, once per message of a ping-pong on the epoll engine. */
+		 * it, for one message in three of a WRITE ping-pong on the
+		 * epoll engine (docs/benchmarks.md). */
 		atomic_store(&c->tx_handoff, true);
 		if (pthread_mutex_trylock(&c->tx_lock))
 			return;
