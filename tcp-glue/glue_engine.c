@@ -341,6 +341,8 @@ static void conn_abort(struct glue_conn *c, int reason)
  * may free c as soon as ended() has run. */
 static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 {
+	if (e->bp_hot == c)
+		e->bp_hot = NULL;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -682,6 +684,8 @@ static void bp_block(struct glue_engine *e, bool before)
 			      t - e->bp_slept_ns : -1;
 }
 
+static bool bp_hot_recv(struct glue_engine *e);
+
 /*
  * Spin while the window lasts. Returns true when something turned up (the
  * engine makes another pass), false when it should block.
@@ -708,7 +712,7 @@ static bool busy_poll(struct glue_engine *e)
 		/* A socket that became readable completes its poll (io_uring)
 		 * or shows in epoll_wait: glue_rx_ready() counts the hit. */
 		e->bp_spinning = true;
-		if (e->be->peek(e) > 0)
+		if (bp_hot_recv(e) || e->be->peek(e) > 0)
 			hit = true;
 		e->bp_spinning = false;
 		if (hit)
@@ -1084,6 +1088,16 @@ out:
 	ready_push(c);            /* engine thread */
 }
 
+void glue_tx_unlock(struct glue_conn *c)
+{
+	pthread_mutex_unlock(&c->tx_lock);
+	/* pump_tx sets tx_handoff, then tries the lock once more: either
+	 * it gets the lock, or this exchange (a full barrier, as the
+	 * unlock is) sees the flag. */
+	if (atomic_exchange(&c->tx_handoff, false))
+		ready_kick(c);    /* the engine left: it looks again now */
+}
+
 bool glue_conn_send_now(struct glue_conn *c)
 {
 	ssize_t n;
@@ -1125,7 +1139,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
 out:
-	pthread_mutex_unlock(&c->tx_lock);
+	glue_tx_unlock(c);
 	if (more) {
 		atomic_store(&c->tx_more, true);
 		if (!tx_left_to_poller(c))
@@ -1173,8 +1187,10 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	}
 	r = rx_drain(c, 16, &got, false);
 	pthread_mutex_unlock(&c->rx_lock);
-	if (got)
+	if (got) {
 		bp_active(e);
+		e->bp_hot = c;
+	}
 	if (atomic_exchange(&c->close_req, false))
 		conn_start_close(c);
 	end = atomic_load(&c->rx_end);
@@ -1194,6 +1210,46 @@ arm:
 		e->be->arm_rx(e, c);
 }
 
+/*
+ * Busy polling, on the connection that last brought octets: read its
+ * socket directly, as a thread polling its CQ does (glue_conn_recv_now),
+ * instead of waiting for the backend to report readiness. With io_uring
+ * that report is a completion posted by task work, which needs the
+ * engine in the kernel (an interrupt from the CPU that received the
+ * octets, or its next system call); with epoll one epoll_wait per look.
+ * A recvmsg that finds nothing costs one system call and leaves the
+ * readiness wait armed. Returns true if it moved octets or met the end
+ * of the stream: c is queued for its pump. Engine thread; not through
+ * TLS, nor on a socket that an application thread polls.
+ */
+static bool bp_hot_recv(struct glue_engine *e)
+{
+	struct glue_conn *c = e->bp_hot;
+	bool got = false;
+	int r;
+
+	if (!c || c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
+	    conn_state(c) != GLUE_CONN_OPEN || app_polls(c))
+		return false;
+	if (pthread_mutex_trylock(&c->rx_lock))
+		return false;
+	r = rx_drain(c, 16, &got, false);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (r > 0 && !got)
+		return false;
+	if (got) {
+		glue_stat_busy_hit(c);
+		bp_active(e);
+	}
+	/* Its pump does the rest: what arrived may call for sending or
+	 * closing; more to read or an end is pump_rx's (rx_more). The
+	 * readiness wait stays armed: it reports the next octets. */
+	if (r <= 0)
+		atomic_store(&c->rx_more, true);
+	ready_push(c);
+	return true;
+}
+
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
 	if (c->tls && conn_state(c) == GLUE_CONN_OPEN && app_sends(c)) {
@@ -1206,7 +1262,24 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		return;
 	}
 	atomic_store(&c->tx_deferred, false);
-	pthread_mutex_lock(&c->tx_lock);
+	/* Nothing asked for and nothing to close: leave tx_lock alone. A
+	 * posting thread that finds it taken cannot send at once and hands
+	 * its WR to the engine (a kick, a wake-up, a later send). */
+	if (conn_state(c) == GLUE_CONN_OPEN && !atomic_load(&c->tx_more) &&
+	    !atomic_load(&c->kicked))
+		return;
+	if (pthread_mutex_trylock(&c->tx_lock)) {
+		/* A posting thread is sending (glue_conn_send_now): it takes
+		 * whatever tx_fill has, and once it lets go of the lock it
+		 * queues c again (glue_tx_unlock). Waiting on the lock put
+		 * the engine to sleep on a futex and made that thread wake
+		 * it, for one message in three of a WRITE ping-pong on the
+		 * epoll engine (docs/benchmarks.md). */
+		atomic_store(&c->tx_handoff, true);
+		if (pthread_mutex_trylock(&c->tx_lock))
+			return;
+		atomic_store(&c->tx_handoff, false);
+	}
 	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
 
@@ -1419,7 +1492,8 @@ static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
 		 * completed at once (epoll): come back before sleeping, as
 		 * edge-triggered readiness will not. */
 		if (!conn_stopped(c) && atomic_load(&c->tx_more) &&
-		    !c->tx_busy && !atomic_load(&c->tx_deferred))
+		    !c->tx_busy && !atomic_load(&c->tx_deferred) &&
+		    !atomic_load(&c->tx_handoff))
 			ready_push(c);
 	}
 	if ((conn_state(c) == GLUE_CONN_CLOSING ||
@@ -1663,6 +1737,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	atomic_init(&c->kicked, false);
 	/* The engine asks tx_fill at once, and calls the timer. */
 	atomic_init(&c->tx_more, true);
+	atomic_init(&c->tx_handoff, false);
 	atomic_init(&c->rx_more, false);
 	atomic_init(&c->close_req, false);
 	atomic_init(&c->rx_end, 0);

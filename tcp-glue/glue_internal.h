@@ -75,6 +75,9 @@ struct glue_conn {
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;
 	atomic_bool tx_more;      /* tx_fill may have more right away */
+	/* The engine found tx_lock taken by another thread and left:
+	 * that thread queues c again when it lets go (glue_tx_unlock). */
+	atomic_bool tx_handoff;
 	/* Transmit side: taken by the engine around tx_fill / tx_done and
 	 * by a posting thread that sends directly (glue_conn_send_now).
 	 * Recursive: epoll completes a send inside start_tx. */
@@ -215,6 +218,9 @@ struct glue_engine {
 	int64_t bp_hold_ns;       /* the next stay off after a busy host */
 	int64_t bp_hold_until_ns; /* no spinning before this */
 	bool bp_spinning;         /* be->peek runs in a busy poll */
+	/* The connection the engine last received octets on: a busy poll
+	 * reads its socket itself (glue_engine.c, bp_hot_recv). */
+	struct glue_conn *bp_hot;
 	struct {
 		_Atomic uint64_t windows, spins, hits, misses, busy, grown;
 	} bp_st;
@@ -244,6 +250,11 @@ void glue_tx_result(struct glue_conn *c, long res);
  * it copied the octets after all. Counts it; the backend then reports
  * the held result through glue_tx_result. */
 void glue_zc_notified(struct glue_conn *c, bool copied);
+
+/* Let go of c->tx_lock taken outside the engine's pump (a posting
+ * thread, the statistics): if the engine found it taken meanwhile and
+ * left (tx_handoff), queue c so that it looks again. */
+void glue_tx_unlock(struct glue_conn *c);
 
 /* Drain the wake eventfd (epoll backend; io_uring reads it itself). */
 void glue_wake_drain(struct glue_engine *e);

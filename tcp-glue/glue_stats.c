@@ -67,7 +67,7 @@ void glue_conn_set_stats(struct glue_conn *c, struct glue_conn_stats *st)
 		atomic_store_explicit(&c->st, to, memory_order_release);
 	}
 	pthread_mutex_unlock(&c->rx_lock);
-	pthread_mutex_unlock(&c->tx_lock);
+	glue_tx_unlock(c);
 }
 
 const struct glue_conn_stats *glue_conn_stats(const struct glue_conn *c)

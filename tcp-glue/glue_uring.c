@@ -89,7 +89,15 @@ static int uring_init(struct glue_engine *e)
 
 	if (!p)
 		return -ENOMEM;
-	ret = io_uring_queue_init(RING_ENTRIES, &p->ring, 0);
+	/* Only the engine thread submits to and reaps its ring, so a
+	 * completion need not interrupt it with an IPI while it runs (a
+	 * busy-polling engine reads the socket itself meanwhile); one
+	 * asleep in io_uring_enter is still woken. Kernels before 5.19
+	 * refuse the flag: then without it. */
+	ret = io_uring_queue_init(RING_ENTRIES, &p->ring,
+				  IORING_SETUP_COOP_TASKRUN);
+	if (ret == -EINVAL)
+		ret = io_uring_queue_init(RING_ENTRIES, &p->ring, 0);
 	if (ret) {
 		free(p);
 		return ret;

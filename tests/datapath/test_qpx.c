@@ -361,21 +361,26 @@ Test(qpx, extended_cq_polling)
 }
 
 /* rping -q walks its QP through INIT, RTR and RTS after the connection
- * moved it to RTS: the moves change nothing, and the QP still posts. */
+ * moved it to RTS: the moves change nothing, and the QP still posts. The
+ * WRITE goes to an MR of the peer's: one of a's own context is unknown
+ * to b, whose Terminate (DDP 0x1100) could then fail the WR before its
+ * completion was reported. */
 Test(qpx, init_on_connected_qp_keeps_rts)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT,
 				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
 	struct ibv_qp_attr q;
 	struct ibv_qp_init_attr qi;
-	uint8_t *buf;
+	uint8_t *buf, *rbuf;
 	struct ibv_mr *mr = dp_mr(p.a.pd, 64, DP_ALL_ACCESS, &buf);
+	struct ibv_mr *rmr = dp_mr(p.b.pd, 64, DP_ALL_ACCESS, &rbuf);
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64,
 			       .lkey = mr->lkey };
 	struct ibv_send_wr wr = {
 		.wr_id = 71, .sg_list = &sge, .num_sge = 1,
 		.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
-		.wr.rdma = { .remote_addr = (uintptr_t)buf, .rkey = mr->rkey },
+		.wr.rdma = { .remote_addr = (uintptr_t)rbuf,
+			     .rkey = rmr->rkey },
 	}, *bad;
 	struct ibv_wc wc;
 
@@ -388,6 +393,8 @@ Test(qpx, init_on_connected_qp_keeps_rts)
 	wc = dp_wait1(p.a.scq);
 	cr_expect_eq(wc.wr_id, 71);
 	cr_expect_eq(wc.status, IBV_WC_SUCCESS);
+	ibv_dereg_mr(rmr);
+	free(rbuf);
 	ibv_dereg_mr(mr);
 	free(buf);
 }
