@@ -34,6 +34,9 @@
 #   WISP_INTEROP_STALL_S an s2w perftest server still running this many
 #                        seconds after its siw client started has stalled:
 #                        its state is saved then (snap_stuck; default 15)
+#   WISP_INTEROP_FREEZE_SIGS  more kernel signatures of a known siw bug
+#                        behind a frozen guest, one "NAME ## ERE" a line
+#                        (docs/interop.md, "A frozen guest")
 #   WISP_REPL            the wisp-repl binary the repl cases run on both
 #                        ends (default WISP_LIB_DIR/../demos/replicate/
 #                        wisp-repl; the cases SKIP when it is not built)
@@ -893,6 +896,11 @@ dmesg -n 5' >/dev/null
 # (<case>/freeze/serial.txt; docs/interop.md, "A frozen guest"). A
 # freeze that shows none of them is a FAIL.
 freeze_sigs=()
+# more, one "NAME ## ERE" a line (to classify a freeze, or to try the
+# rerun path of the run below)
+while IFS= read -r l; do
+	[[ $l == *" ## "* ]] && freeze_sigs+=("$l")
+done <<<"${WISP_INTEROP_FREEZE_SIGS:-}"
 freeze_signature() { # FILE -> NAME of the first signature it shows
 	local e
 	for e in "${freeze_sigs[@]}"; do
@@ -927,9 +935,15 @@ done
 # up: a guest of $variant that answers, booted if need be. 0: up; 1: not
 # (the case is reported); 2: qemu cannot run here (the case is SKIP)
 up() {
-	local rc
+	local rc how sig
 	if [ "$variant" = "$current" ] && guest_alive; then
 		return 0
+	fi
+	# silent between two cases: a freeze too, that no case saw
+	if [ -n "$current" ] && guest_silent && kill -0 "$GUEST_PID" 2>/dev/null; then
+		how=$(guest_evidence "$logdir/freeze-before-$name$rep" 0)
+		sig=$(freeze_signature "$logdir/freeze-before-$name$rep/serial.txt")
+		report FAIL "guest-froze-before:$name$rep" "the guest ($current) froze between cases (qemu running, control port silent; $how; ${sig:-no known kernel signature}; evidence in $logdir/freeze-before-$name$rep)"
 	fi
 	guest_stop
 	boot "$variant"
