@@ -258,7 +258,9 @@ mark() { echo "WISP-MARK $1" >/dev/kmsg; }
 EOF
 
 gstart() { # NAME CMD... (guest)
-	gctl -t 20 ". /tmp/h.sh; mark $1; start $*" >/dev/null
+	# the mark names the round too: with WISP_INTEROP_REPEAT the same
+	# case runs again in one boot, and its dmesg must start at this run
+	gctl -t 20 ". /tmp/h.sh; mark $1${rep:-}; start $*" >/dev/null
 }
 gfinish() { # NAME SECONDS -> prints RC=, RACE= ; copies outputs to $cdir
 	local out
@@ -268,10 +270,10 @@ gfinish() { # NAME SECONDS -> prints RC=, RACE= ; copies outputs to $cdir
 		g_frozen=1
 		return 0
 	fi
-	out=$(gctl -t $(($2 + 20)) ". /tmp/h.sh; finish $1 $2; race $1")
+	out=$(gctl -t $(($2 + 20)) ". /tmp/h.sh; finish $1 $2; race $1${rep:-}")
 	gctl -t 30 "cat /tmp/c/$1.out" >"$cdir/guest.out" 2>/dev/null
 	gctl -t 30 "cat /tmp/c/$1.err" >"$cdir/guest.err" 2>/dev/null
-	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1\$/,\$p'" >"$cdir/guest.dmesg" 2>/dev/null
+	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1${rep:-}\$/,\$p'" >"$cdir/guest.dmesg" 2>/dev/null
 	g_rc=$(echo "$out" | sed -n 's/^RC=//p')
 	g_race=$(echo "$out" | sed -n 's/^RACE=//p')
 }
