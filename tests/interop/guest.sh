@@ -224,5 +224,6 @@ guest_stop() {
 	wait "$GUEST_PID" 2>/dev/null
 	GUEST_PID=
 	[ -n "$GUEST_MONITOR" ] && rm -f "$GUEST_MONITOR"
-	GUEST_MONITOR=
+	[ -n "$GUEST_SILENT" ] && rm -f "$GUEST_SILENT"
+	GUEST_MONITOR= GUEST_SILENT=
 }

@@ -37,6 +37,8 @@
 #   WISP_INTEROP_FREEZE_SIGS  more kernel signatures of a known siw bug
 #                        behind a frozen guest, one "NAME ## ERE" a line
 #                        (docs/interop.md, "A frozen guest")
+#   WISP_INTEROP_SELFTEST=1  adds selftest.freeze.*: the guest frozen on
+#                        purpose, to check the harness's freeze handling
 #   WISP_REPL            the wisp-repl binary the repl cases run on both
 #                        ends (default WISP_LIB_DIR/../demos/replicate/
 #                        wisp-repl; the cases SKIP when it is not built)
@@ -179,6 +181,14 @@ for m in p2pw p2pr; do
 	add "s2w.$m.race-server-sends-first-x12" p2p cmp "c:-R:-D s:-S: 12 1500"
 	add "s2w.$m.disc-server-first" p2p cmp "c:-S:-R: s:-R:-S:-D 3"
 done
+
+# The harness's own check of a frozen guest (WISP_INTEROP_SELFTEST=1
+# only; not in the matrix): the guest is frozen on purpose and the case
+# passes when the harness finds it silent and its evidence says how
+if [ "${WISP_INTEROP_SELFTEST:-0}" = 1 ]; then
+	add "selftest.freeze.link-down" default freeze "link"
+	add "selftest.freeze.qemu-stop" default freeze "stop"
+fi
 
 if [ "$list" = 1 ]; then
 	for c in "${cases[@]}"; do echo "${c%%|*}"; done
@@ -812,6 +822,45 @@ run_rtrprobe() { # read|write N
 	esac
 }
 
+# freeze link|stop: freeze the guest on purpose while a guest program
+# runs, "link": its eth0 down (the kernel lives on, its network is gone),
+# "stop": qemu's vCPU stopped (monitor "stop"). Passes when gfinish finds
+# the guest silent and guest_evidence tells which it was; the guest is
+# powered off here, so the run's own freeze handling does not see it.
+run_freeze() { # link|stop
+	local how want
+	ports
+	gstart "$name" sleep 60
+	case $1 in
+	link)
+		gctl -t 5 'ip link set eth0 down' >/dev/null
+		want="*, kernel answers SysRq"
+		;;
+	stop)
+		gmon stop >/dev/null
+		want="VM status: paused, *, kernel silent to SysRq"
+		;;
+	esac
+	gfinish "$name" 5
+	if [ -z "$g_frozen" ]; then
+		verdict="the harness did not find the guest silent"
+		return
+	fi
+	how=$(guest_evidence "$cdir/freeze" 0)
+	detail="found silent; evidence: $how"
+	# shellcheck disable=SC2053
+	if [[ $how != $want ]]; then
+		verdict="the evidence says \"$how\", wanted \"$want\""
+	elif [ "$1" = link ] && ! grep -aq "sysrq: Show Blocked State" "$cdir/freeze/sysrq.txt"; then
+		verdict="no SysRq dump in $cdir/freeze/sysrq.txt"
+	elif ! grep -q "^VM status" "$cdir/freeze/monitor.txt"; then
+		verdict="no monitor answer in $cdir/freeze/monitor.txt"
+	fi
+	g_frozen=
+	guest_stop
+	current=
+}
+
 # --------------------------------------------------------------- the run
 need_qemu() {
 	command -v qemu-system-x86_64 >/dev/null || return 1
@@ -1002,7 +1051,7 @@ one_case() {
 	case $kind in
 	rping | perf | cmp | relay | repl) [ -z "$verdict" ] && [ -z "$skip" ] && [ "$siw_debug" != 0 ] && check_negotiation ;;
 	esac
-	if ! kill -0 "$GUEST_PID" 2>/dev/null; then
+	if [ -n "$GUEST_PID" ] && ! kill -0 "$GUEST_PID" 2>/dev/null; then
 		verdict="guest died: $(guest_death)"
 		current=
 	fi
