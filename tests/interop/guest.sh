@@ -157,10 +157,13 @@ guest_answers() {
 #                at KERN_INFO, below the guest's loglevel=5). A kernel
 #                that prints them still takes interrupts and schedules.
 #   serial.txt   the console from octet OFFSET (the case's start) on
+#   after-bounce.txt  the guest's dmesg, interrupts and NIC counters,
+#                when it answers again after its NIC's link was set off
+#                and on (monitor set_link)
 # and prints one line saying which: "qemu's monitor silent" (qemu's main
 # loop, which also runs its network and the guest's timers, is stuck),
-# else the vCPU (idle in HLT or running) and "kernel answers SysRq" or
-# "kernel silent to SysRq".
+# else the vCPU (idle in HLT or running), "kernel answers SysRq" or
+# "kernel silent to SysRq", and whether a link bounce revived it.
 guest_evidence() { # DIR OFFSET
 	local d=$1 off=$2 s0 s1 k i c cpu
 	mkdir -p "$d"
@@ -199,9 +202,22 @@ guest_evidence() { # DIR OFFSET
 	tail -c +$((s0 + 1)) "$GUEST_SERIAL" >"$d/sysrq.txt" 2>/dev/null
 	tail -c +$((off + 1)) "$GUEST_SERIAL" >"$d/serial.txt" 2>/dev/null
 	if grep -aq "sysrq: Show Blocked State\|sysrq: Show backtrace\|sysrq: Show State" "$d/sysrq.txt"; then
-		echo "$cpu, kernel answers SysRq"
+		cpu="$cpu, kernel answers SysRq"
 	else
-		echo "$cpu, kernel silent to SysRq"
+		cpu="$cpu, kernel silent to SysRq"
+	fi
+	# the virtio NIC's link off and on again (a config interrupt, and
+	# virtio_net's link work): a guest that answers after that had its
+	# network stopped, not its kernel; its dmesg is kept then
+	gmon "set_link n0 off" >/dev/null
+	sleep 1
+	gmon "set_link n0 on" >/dev/null
+	sleep 3
+	if [ "$(gctl_once 10 'echo up')" = up ]; then
+		gctl_once 20 'dmesg | tail -400; cat /proc/interrupts; cat /proc/net/dev' >"$d/after-bounce.txt" 2>&1
+		echo "$cpu, answers again after a link bounce"
+	else
+		echo "$cpu, still silent after a link bounce"
 	fi
 }
 

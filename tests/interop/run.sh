@@ -834,11 +834,11 @@ run_freeze() { # link|stop
 	case $1 in
 	link)
 		gctl -t 5 'ip link set eth0 down' >/dev/null
-		want="*, kernel answers SysRq"
+		want="*, kernel answers SysRq, still silent after a link bounce"
 		;;
 	stop)
 		gmon stop >/dev/null
-		want="VM status: paused, *, kernel silent to SysRq"
+		want="VM status: paused, *, kernel silent to SysRq, still silent after a link bounce"
 		;;
 	esac
 	gfinish "$name" 5
