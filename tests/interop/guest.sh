@@ -59,8 +59,8 @@ guest_boot() { # VARIANT LOGDIR
 		fwd="$fwd,hostfwd=tcp:127.0.0.1:$((b + i))-:2000$i"
 		fwd="$fwd,guestfwd=tcp:10.0.2.100:2000$i-cmd:socat - TCP:127.0.0.1:$((b + 10 + i))"
 	done
-	# qemu's monitor on a unix socket (only its owner may connect): the
-	# harness asks it for the guest's registers and sends SysRq keys
+	# qemu's monitor on a unix socket (connecting takes write permission
+	# on it: with the usual umask 022, only its owner): the harness asks it for the guest's registers and sends SysRq keys
 	# when the guest stops answering (guest_evidence). A unix socket
 	# path has at most 107 octets: a long LOGDIR gets one under /tmp.
 	GUEST_MONITOR=$logdir/monitor-$variant.sock
@@ -230,7 +230,7 @@ guest_stop() {
 	local i
 	[ -n "$GUEST_PID" ] || return 0
 	if kill -0 "$GUEST_PID" 2>/dev/null; then
-		gctl -t 5 'poweroff -f' >/dev/null 2>&1 &
+		gctl_once 5 'poweroff -f' >/dev/null 2>&1 &
 		for i in $(seq 50); do
 			kill -0 "$GUEST_PID" 2>/dev/null || break
 			sleep 0.1
