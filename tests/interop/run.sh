@@ -502,8 +502,8 @@ run_perf() { # TEST SIZE ITERS
 		gfinish "$name" 35
 		hreap 10
 	fi
-	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
-	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" | head -1)
+	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" 2>/dev/null | head -1)
+	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" 2>/dev/null | head -1)
 	bw=$(echo "$row_h" | awk '{print $4}')
 	detail="$iters x $size octets"
 	# perftest converts cycles to time with a clock rate it fits at the
