@@ -1025,7 +1025,7 @@ one_case() {
 	s_off=$(stat -c %s "$GUEST_SERIAL" 2>/dev/null || echo 0)
 	set_wisp
 	t0=$(date +%s)
-	# shellcheck disable=SC2086
+	# shellcheck disable=SC2086,SC2128 # args: the case's string (run_perf's local args is an array)
 	case $kind in
 	cmp | relay) run_cmp "$args" ;;
 	*) "run_$kind" $args ;;
