@@ -34,6 +34,11 @@
 #   WISP_INTEROP_STALL_S an s2w perftest server still running this many
 #                        seconds after its siw client started has stalled:
 #                        its state is saved then (snap_stuck; default 15)
+#   WISP_INTEROP_FREEZE_SIGS  more kernel signatures of a known siw bug
+#                        behind a frozen guest, one "NAME ## ERE" a line
+#                        (docs/interop.md, "A frozen guest")
+#   WISP_INTEROP_SELFTEST=1  adds selftest.freeze.*: the guest frozen on
+#                        purpose, to check the harness's freeze handling
 #   WISP_REPL            the wisp-repl binary the repl cases run on both
 #                        ends (default WISP_LIB_DIR/../demos/replicate/
 #                        wisp-repl; the cases SKIP when it is not built)
@@ -59,7 +64,7 @@ siw_debug=${WISP_INTEROP_SIW_DEBUG:-1}
 repeat=${WISP_INTEROP_REPEAT:-1}
 stall_s=${WISP_INTEROP_STALL_S:-15}
 t_start=$(date +%s)
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 freezes=0
 results=()
 
 report() { # STATUS NAME DETAIL
@@ -76,6 +81,7 @@ summary() {
 	echo
 	echo "interop: total $(($(date +%s) - t_start)) s; logs in $logdir"
 	echo "interop: $passed passed, $failed failed, $skipped skipped"
+	[ "$freezes" -eq 0 ] || echo "interop: the guest froze $freezes time(s); each case it froze in ran again on a new guest (see the lines above)"
 }
 
 # ------------------------------------------------------------------ matrix
@@ -177,6 +183,14 @@ for m in p2pw p2pr; do
 	add "s2w.$m.disc-server-first" p2p cmp "c:-S:-R: s:-R:-S:-D 3"
 done
 
+# The harness's own check of a frozen guest (WISP_INTEROP_SELFTEST=1
+# only; not in the matrix): the guest is frozen on purpose and the case
+# passes when the harness finds it silent and its evidence says how
+if [ "${WISP_INTEROP_SELFTEST:-0}" = 1 ]; then
+	add "selftest.freeze.link-down" default freeze "link"
+	add "selftest.freeze.qemu-stop" default freeze "stop"
+fi
+
 if [ "$list" = 1 ]; then
 	for c in "${cases[@]}"; do echo "${c%%|*}"; done
 	exit 0
@@ -255,15 +269,22 @@ mark() { echo "WISP-MARK $1" >/dev/kmsg; }
 EOF
 
 gstart() { # NAME CMD... (guest)
-	gctl -t 20 ". /tmp/h.sh; mark $1; start $*" >/dev/null
+	# the mark names the round too: with WISP_INTEROP_REPEAT the same
+	# case runs again in one boot, and its dmesg must start at this run
+	gctl -t 20 ". /tmp/h.sh; mark $1${rep:-}; start $*" >/dev/null
 }
 gfinish() { # NAME SECONDS -> prints RC=, RACE= ; copies outputs to $cdir
 	local out
-	out=$(gctl -t $(($2 + 20)) ". /tmp/h.sh; finish $1 $2; race $1")
+	# a guest that stopped answering (frozen: see the run below) gets no
+	# more minutes of waiting; g_frozen tells the run
+	if [ -n "$g_frozen" ] || ! guest_answers; then
+		g_frozen=1
+		return 0
+	fi
+	out=$(gctl -t $(($2 + 20)) ". /tmp/h.sh; finish $1 $2; race $1${rep:-}")
 	gctl -t 30 "cat /tmp/c/$1.out" >"$cdir/guest.out" 2>/dev/null
 	gctl -t 30 "cat /tmp/c/$1.err" >"$cdir/guest.err" 2>/dev/null
-	# from this round's mark on (WISP_INTEROP_REPEAT: the last of them)
-	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1\$/h;/WISP-MARK $1\$/!H;\${x;p;}'" >"$cdir/guest.dmesg" 2>/dev/null
+	gctl -t 30 "dmesg | sed -n '/WISP-MARK $1${rep:-}\$/,\$p'" >"$cdir/guest.dmesg" 2>/dev/null
 	g_rc=$(echo "$out" | sed -n 's/^RC=//p')
 	g_race=$(echo "$out" | sed -n 's/^RACE=//p')
 }
@@ -352,6 +373,20 @@ snap_stuck() {
 	return 0
 }
 
+# snap_client PID [TAG]: a host client over wisp that should have ended:
+# its counters (host.stat<TAG>, wisp-stat --json: per-QP Read Requests
+# out, octets, FPDUs) and its sockets (host.ss<TAG>)
+snap_client() {
+	local p=$1 t=${2:-} ws=$WISP_LIB_DIR/../bin/wisp-stat
+	[ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
+	{
+		date -u +%T.%N
+		ss -tnpi 2>/dev/null | grep -A1 "pid=$p,"
+	} >"$cdir/host.ss$t"
+	[ -x "$ws" ] && timeout 5 "$ws" --json -p "$p" >"$cdir/host.stat$t" 2>&1
+	return 0
+}
+
 # hreap SECONDS: let wisp's server end (killed after SECONDS), its status
 # in h_rc; then wait until its listener is gone
 hreap() {
@@ -424,8 +459,26 @@ run_perf() { # TEST SIZE ITERS
 			done
 		) &
 		wpid=$!
-		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" LD_PRELOAD="$delay_so" \
-			INTEROP_AWAIT_DIR="$aw" "$bin" "${args[@]}" -p $h_fwd 127.0.0.1
+		timeout -k 2 30 "${wisp[@]}" LD_PRELOAD="$delay_so" INTEROP_AWAIT_DIR="$aw" \
+			"$bin" "${args[@]}" -p $h_fwd 127.0.0.1 >"$cdir/host.out" 2>"$cdir/host.err" &
+		local tp=$!
+		# A run ends in a few seconds. A client still running after
+		# stall_s: keep what wisp's end holds (wisp-stat), then ask
+		# whether the guest still answers; a frozen guest (below)
+		# ends the wait at once
+		for _ in $(seq $((stall_s * 10))); do
+			kill -0 $tp 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 $tp 2>/dev/null; then
+			snap_client "$(pgrep -P $tp | head -1)" .1
+			if ! guest_answers; then
+				g_frozen=1
+				snap_client "$(pgrep -P $tp | head -1)" .2
+				kill $tp 2>/dev/null
+			fi
+		fi
+		wait $tp
 		h_rc=$?
 		kill $wpid 2>/dev/null
 		wait $wpid 2>/dev/null
@@ -450,8 +503,8 @@ run_perf() { # TEST SIZE ITERS
 		gfinish "$name" 35
 		hreap 10
 	fi
-	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" | head -1)
-	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" | head -1)
+	row_h=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/host.out" 2>/dev/null | head -1)
+	row_g=$(grep -E "^ *$size +$iters +[0-9.]+ +[0-9.]+" "$cdir/guest.out" 2>/dev/null | head -1)
 	bw=$(echo "$row_h" | awk '{print $4}')
 	detail="$iters x $size octets"
 	# perftest converts cycles to time with a clock rate it fits at the
@@ -521,8 +574,8 @@ run_cmp() {
 	*.race-* | *.rtr-in-*) [ "$siw_debug" != 0 ] && gctl -t 10 "echo \"module siw -p; file siw_cm.c +p; file siw_qp.c +p$([ "$siw_debug" = 2 ] && echo '; file siw_qp_tx.c +p')\" >/sys/kernel/debug/dynamic_debug/control" >/dev/null ;;
 	esac
 	local c_res s_res c_ok s_ok
-	c_res=$(grep "CMPROBE RESULT" "$c_out")
-	s_res=$(grep "CMPROBE RESULT" "$s_out")
+	c_res=$(grep "CMPROBE RESULT" "$c_out" 2>/dev/null)
+	s_res=$(grep "CMPROBE RESULT" "$s_out" 2>/dev/null)
 	c_ok=$(echo "$c_res" | sed -n 's/.*ok=\([0-9]*\).*/\1/p')
 	s_ok=$(echo "$s_res" | sed -n 's/.*ok=\([0-9]*\).*/\1/p')
 	detail="client ${c_ok:-?}/$n ok, server ${s_ok:-?}/$n ok"
@@ -652,7 +705,8 @@ run_repl() { # MODE MIB CHUNK WINDOW
 		c_rc=$?
 		gfinish "$name" 30
 		s_rc=$g_rc
-		out=$(gctl -t 60 "sha256sum </tmp/c/dst/in/src; echo SIZE \$(wc -c </tmp/c/dst/in/src); echo LEFT \$(ls -A /tmp/c/dst/.wisp-repl 2>/dev/null | wc -l)")
+		out=
+		[ -z "$g_frozen" ] && out=$(gctl -t 60 "sha256sum </tmp/c/dst/in/src; echo SIZE \$(wc -c </tmp/c/dst/in/src); echo LEFT \$(ls -A /tmp/c/dst/.wisp-repl 2>/dev/null | wc -l)")
 		js=$cdir/host.out serr=$cdir/host.err rerr=$cdir/guest.err
 	else
 		mkdir -p "$cdir/dst"
@@ -769,6 +823,45 @@ run_rtrprobe() { # read|write N
 	esac
 }
 
+# freeze link|stop: freeze the guest on purpose while a guest program
+# runs, "link": its eth0 down (the kernel lives on, its network is gone),
+# "stop": qemu's vCPU stopped (monitor "stop"). Passes when gfinish finds
+# the guest silent and guest_evidence tells which it was; the guest is
+# powered off here, so the run's own freeze handling does not see it.
+run_freeze() { # link|stop
+	local how want
+	ports
+	gstart "$name" sleep 60
+	case $1 in
+	link)
+		gctl -t 5 'ip link set eth0 down' >/dev/null
+		want="*, kernel answers SysRq, still silent after a link bounce"
+		;;
+	stop)
+		gmon stop >/dev/null
+		want="VM status: paused, *, kernel silent to SysRq, still silent after a link bounce"
+		;;
+	esac
+	gfinish "$name" 5
+	if [ -z "$g_frozen" ]; then
+		verdict="the harness did not find the guest silent"
+		return
+	fi
+	how=$(guest_evidence "$cdir/freeze" 0)
+	detail="found silent; evidence: $how"
+	# shellcheck disable=SC2053
+	if [[ $how != $want ]]; then
+		verdict="the evidence says \"$how\", wanted \"$want\""
+	elif [ "$1" = link ] && ! grep -aq "sysrq: Show Blocked State" "$cdir/freeze/sysrq.txt"; then
+		verdict="no SysRq dump in $cdir/freeze/sysrq.txt"
+	elif ! grep -q "^VM status" "$cdir/freeze/monitor.txt"; then
+		verdict="no monitor answer in $cdir/freeze/monitor.txt"
+	fi
+	g_frozen=
+	guest_stop
+	current=
+}
+
 # --------------------------------------------------------------- the run
 need_qemu() {
 	command -v qemu-system-x86_64 >/dev/null || return 1
@@ -827,6 +920,8 @@ boot() { # VARIANT
 			if gctl -t 20 "cat >/tmp/h.sh <<'HELPERS'
 $guest_helpers
 HELPERS
+# a task blocked for 10 s prints its stack on the console (Debian: 120 s)
+echo 10 >/proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
 echo ok" | grep -q ok; then
 				if [ "$siw_debug" = 1 ] || [ "$siw_debug" = 2 ]; then
 					gctl -t 20 'mount -t debugfs none /sys/kernel/debug 2>/dev/null
@@ -845,6 +940,27 @@ dmesg -n 5' >/dev/null
 		if ! need_qemu; then return 2; fi
 	done
 	return 1
+}
+
+# A frozen guest (qemu runs, its control port is silent): the kernel
+# messages that identify a known siw bug behind it, as "NAME ## ERE",
+# matched against the case's console with the SysRq dumps
+# (<case>/freeze/serial.txt; docs/interop.md, "A frozen guest"). A
+# freeze that shows none of them is a FAIL.
+freeze_sigs=()
+# more, one "NAME ## ERE" a line (to classify a freeze, or to try the
+# rerun path of the run below)
+while IFS= read -r l; do
+	[[ $l == *" ## "* ]] && freeze_sigs+=("$l")
+done <<<"${WISP_INTEROP_FREEZE_SIGS:-}"
+freeze_signature() { # FILE -> NAME of the first signature it shows
+	local e
+	for e in "${freeze_sigs[@]}"; do
+		if grep -aqE "${e#* ## }" "$1" 2>/dev/null; then
+			echo "${e%% ## *}"
+			return
+		fi
+	done
 }
 
 # the guest died: which kernel message says why
@@ -881,53 +997,83 @@ for r in $(seq "$repeat"); do
 		fi
 	done
 done
-for c in "${runs[@]}"; do
-	IFS='|' read -r rep name variant kind args xfail <<<"$c"
-	if [ $(($(date +%s) - t_start)) -gt "$budget" ]; then
-		report SKIP "$name$rep" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
-		continue
+# up: a guest of $variant that answers, booted if need be. 0: up; 1: not
+# (the case is reported); 2: qemu cannot run here (the case is SKIP)
+up() {
+	local rc how sig
+	if [ "$variant" = "$current" ] && guest_alive; then
+		return 0
 	fi
-	dir=${name%%.*}
-	mode=${name#*.}
-	mode=${mode%%.*}
-	if [ "$variant" != "$current" ] || ! guest_alive; then
-		guest_stop
-		boot "$variant"
-		rc=$?
-		if [ $rc = 2 ]; then
-			echo "interop: SKIP: qemu-system-x86_64 cannot start a guest here (see $logdir/qemu-$variant.log)"
-			report SKIP "$name$rep" "qemu cannot run"
-			current=
-			continue
-		elif [ $rc != 0 ]; then
-			report FAIL "$name$rep" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
-			current=
-			continue
-		fi
-		current=$variant
-		echo "interop: guest up (siw $variant, ports from $GUEST_PORT_BASE)"
+	# silent between two cases: a freeze too, that no case saw
+	if [ -n "$current" ] && guest_silent && kill -0 "$GUEST_PID" 2>/dev/null; then
+		how=$(guest_evidence "$logdir/freeze-before-$name$rep" 0)
+		sig=$(freeze_signature "$logdir/freeze-before-$name$rep/serial.txt")
+		# no case was running: nothing of wisp's to judge, and
+		# the cases before it passed on their own checks
+		freezes=$((freezes + 1))
+		echo "NOTE  guest-froze-before:$name$rep  the guest ($current) froze between cases (qemu running, control port silent; $how; ${sig:-no known kernel signature}; evidence in $logdir/freeze-before-$name$rep)"
 	fi
-	cdir=$logdir/$name$rep
+	guest_stop
+	boot "$variant"
+	rc=$?
+	if [ $rc = 2 ]; then
+		echo "interop: SKIP: qemu-system-x86_64 cannot start a guest here (see $logdir/qemu-$variant.log)"
+		report SKIP "$name$rep" "qemu cannot run"
+		current=
+		return 2
+	elif [ $rc != 0 ]; then
+		report FAIL "$name$rep" "guest ($variant) did not boot: $(tail -2 "$logdir/qemu-$variant.log" | tr '\n' ' ')"
+		current=
+		return 1
+	fi
+	current=$variant
+	echo "interop: guest up (siw $variant, ports from $GUEST_PORT_BASE)"
+}
+
+# one_case: run the case ($name, $kind, $args) into $cdir; sets verdict
+# ("" = pass), detail, skip, and froze (what the guest's freeze showed,
+# "" if it did not freeze), t_case (seconds)
+one_case() {
+	local t0 t1 s_off how
 	rm -rf "$cdir"
 	mkdir -p "$cdir"
-	verdict= detail= g_rc= g_race= skip=
+	verdict= detail= g_rc= g_race= skip= g_frozen= froze= froze_sig=
+	# the console up to here belongs to earlier cases
+	s_off=$(stat -c %s "$GUEST_SERIAL" 2>/dev/null || echo 0)
 	set_wisp
 	# crc: siw's trailer reads into dmesg (siw_split_trailer)
 	[ "$mode" = crc ] && [ "$siw_debug" != 0 ] &&
 		gctl -t 10 'mount -t debugfs none /sys/kernel/debug 2>/dev/null; echo "func siw_get_trailer +p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null
 	t0=$(date +%s)
-	# shellcheck disable=SC2086
+	# shellcheck disable=SC2086,SC2128 # args: the case's string (run_perf's local args is an array)
 	case $kind in
 	cmp | relay) run_cmp "$args" ;;
 	*) "run_$kind" $args ;;
 	esac
+	# A guest frozen: qemu runs, the control port stays silent (found
+	# by gfinish or, for a case that failed otherwise, here). Keep the
+	# evidence and power it off; the next case boots a new one.
+	if guest_silent || { [ -z "$g_frozen" ] && [ -n "$verdict" ] &&
+		kill -0 "$GUEST_PID" 2>/dev/null && ! guest_answers; }; then
+		g_frozen=1
+	fi
+	if [ -n "$g_frozen" ] && kill -0 "$GUEST_PID" 2>/dev/null; then
+		how=$(guest_evidence "$cdir/freeze" "$s_off")
+		froze_sig=$(freeze_signature "$cdir/freeze/serial.txt")
+		froze="the guest froze (qemu running, control port silent; $how; ${froze_sig:-no known kernel signature}; evidence in $cdir/freeze)"
+		verdict="$froze; the case said: ${verdict:-nothing}"
+		guest_stop
+		current=
+	fi
 	t1=$(date +%s)
+	t_case=$((t1 - t0))
+	[ -n "$froze" ] && return
 	[ "$mode" = crc ] && [ "$siw_debug" != 0 ] &&
 		gctl -t 10 'echo "func siw_get_trailer -p" >/sys/kernel/debug/dynamic_debug/control' >/dev/null
 	case $kind in
 	rping | perf | cmp | relay | repl) [ -z "$verdict" ] && [ -z "$skip" ] && [ "$siw_debug" != 0 ] && check_negotiation ;;
 	esac
-	if ! kill -0 "$GUEST_PID" 2>/dev/null; then
+	if [ -n "$GUEST_PID" ] && ! kill -0 "$GUEST_PID" 2>/dev/null; then
 		verdict="guest died: $(guest_death)"
 		current=
 	fi
@@ -937,18 +1083,56 @@ for c in "${runs[@]}"; do
 	if [ -z "$verdict" ] && [ "${g_race:-0}" -gt 0 ] 2>/dev/null; then
 		detail="$detail; siw ignored $g_race arrival(s) just after its Reply"
 	fi
+	gctl -t 10 "for p in \$(pidof rping ib_send_bw ib_write_bw ib_read_bw cmprobe wisp-repl); do kill -9 \$p; done; rm -rf /tmp/c" >/dev/null 2>&1
+}
+
+for c in "${runs[@]}"; do
+	IFS='|' read -r rep name variant kind args xfail <<<"$c"
+	if [ $(($(date +%s) - t_start)) -gt "$budget" ]; then
+		report SKIP "$name$rep" "time budget of $budget s spent (WISP_INTEROP_BUDGET)"
+		continue
+	fi
+	dir=${name%%.*}
+	mode=${name#*.}
+	mode=${mode%%.*}
+	up || continue
+	cdir=$logdir/$name$rep
+	one_case
+	# A frozen guest (qemu runs, its control port went silent) has
+	# never been reproduced on purpose (docs/interop.md, "A frozen
+	# guest"): the case runs once more on a new guest, the frozen run's
+	# logs kept apart (<case>.froze). It passes only if that run passes
+	# on all its checks, and the line says the guest froze first; a
+	# second freeze is XFAIL only with a known kernel signature
+	# (freeze_sigs), else FAIL, as is any other failure of the rerun.
+	if [ -n "$froze" ]; then
+		freezes=$((freezes + 1))
+		first="${froze_sig:-no known kernel signature}, evidence in $cdir.froze/freeze"
+		rm -rf "$cdir.froze"
+		mv "$cdir" "$cdir.froze"
+		up || continue
+		one_case
+		if [ -z "$verdict" ] && [ -z "$skip" ]; then
+			report PASS "$name$rep" "$detail ($t_case s; ran again after a guest freeze: $first)"
+		elif [ -n "$froze" ] && [ -n "$froze_sig" ]; then
+			freezes=$((freezes + 1))
+			report XFAIL "$name$rep" "known siw bug, the guest froze twice: $froze_sig (evidence in $cdir/freeze and $cdir.froze/freeze)"
+		else
+			report FAIL "$name$rep" "$verdict; $detail ($t_case s; the run before froze: $first)"
+		fi
+		continue
+	fi
 	if [ -n "$skip" ] && [ -z "$verdict" ]; then
 		report SKIP "$name$rep" "$skip"
 	elif [ -z "$verdict" ]; then
-		report PASS "$name$rep" "$detail ($((t1 - t0)) s)"
-	elif [ -n "$xfail" ] && grep -aqE "$xfail" "$GUEST_SERIAL" "$cdir/guest.dmesg" 2>/dev/null; then
-		report XFAIL "$name$rep" "known siw bug: $verdict ($((t1 - t0)) s)"
-	elif [ "$mode" = crc ] && siw_split_trailer "$cdir/guest.dmesg"; then
-		report XFAIL "$name$rep" "known siw bug (MPA trailer split, finding 10): $verdict ($((t1 - t0)) s)"
+		report PASS "$name$rep" "$detail ($t_case s)"
+	elif [ -z "$froze" ] && [ -n "$xfail" ] && grep -aqE "$xfail" "$GUEST_SERIAL" "$cdir/guest.dmesg" 2>/dev/null; then
+		report XFAIL "$name$rep" "known siw bug: $verdict ($t_case s)"
+	elif [ -z "$froze" ] && [ "$mode" = crc ] && siw_split_trailer "$cdir/guest.dmesg"; then
+		report XFAIL "$name$rep" "known siw bug (MPA trailer split, finding 10): $verdict ($t_case s)"
 	else
-		report FAIL "$name$rep" "$verdict; $detail ($((t1 - t0)) s)"
+		report FAIL "$name$rep" "$verdict; $detail ($t_case s)"
 	fi
-	gctl -t 10 "for p in \$(pidof rping ib_send_bw ib_write_bw ib_read_bw cmprobe wisp-repl); do kill -9 \$p; done; rm -rf /tmp/c" >/dev/null 2>&1
 done
 guest_stop
 trap - EXIT
