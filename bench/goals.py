@@ -78,16 +78,21 @@ def connrate(path):
     if not os.path.exists(path):
         return None
     wisp, tcp, slow = [], [], []
+    # Columns: connected, conn/s, p50, p99, max ms; only the burst mode
+    # (wisp_connrate's default) measures the goal.
     pat = re.compile(r"^(rdma_cm|raw TCP)\s+(\d+)/(\d+)\s+([\d.]+)\s+"
-                     r"([\d.]+)\s+([\d.]+)")
+                     r"([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+    burst = True
     with open(path) as f:
         for line in f:
+            if line.startswith("mode: "):
+                burst = line.startswith("mode: burst")
             m = pat.match(line)
-            if not m:
+            if not m or not burst:
                 continue
             if m.group(1) == "rdma_cm":
                 wisp.append(float(m.group(4)))
-                slow.append(float(m.group(6)))
+                slow.append(float(m.group(7)))
             else:
                 tcp.append(float(m.group(4)))
     if not wisp:
