@@ -1495,7 +1495,8 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 		return NULL;
 	}
 	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+	if (fl < 0 ||
+	    (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
 		ret = -errno;
 		goto err;
 	}

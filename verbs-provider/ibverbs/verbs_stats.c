@@ -244,16 +244,22 @@ struct glue_conn_stats *wisp_stats_qp_sock(struct wisp_stats_qp *s)
 	return s ? &s->c.sock : NULL;
 }
 
-static void sock_name(char *out, size_t cap, int fd, bool peer)
+/* The address known (sa), else the socket's own, as text. */
+static void sock_name(char *out, size_t cap, int fd, bool peer,
+		      const struct sockaddr *sa)
 {
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = { 0 };
 	socklen_t len = sizeof(ss);
 	char a[INET6_ADDRSTRLEN] = "?";
 	unsigned int port;
 
 	out[0] = '\0';
-	if ((peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
-		  : getsockname(fd, (struct sockaddr *)&ss, &len)))
+	if (sa && sa->sa_family == AF_INET)
+		memcpy(&ss, sa, sizeof(struct sockaddr_in));
+	else if (sa && sa->sa_family == AF_INET6)
+		memcpy(&ss, sa, sizeof(struct sockaddr_in6));
+	else if ((peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
+		       : getsockname(fd, (struct sockaddr *)&ss, &len)))
 		return;
 	if (ss.ss_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
@@ -291,8 +297,8 @@ void wisp_stats_qp_attached(struct wisp_stats_qp *s, uint32_t qp_num, int fd,
 	s->ird = p->ird;
 	s->ord = p->ord;
 	s->mulpdu = mulpdu;
-	sock_name(s->local, sizeof(s->local), fd, false);
-	sock_name(s->peer, sizeof(s->peer), fd, true);
+	sock_name(s->local, sizeof(s->local), fd, false, p->local);
+	sock_name(s->peer, sizeof(s->peer), fd, true, p->peer);
 	s->connected_ms = realtime_ms();
 	atomic_store(&s->end_reason, 0);
 	atomic_store(&s->state, WISP_STATS_QP_CONNECTED);

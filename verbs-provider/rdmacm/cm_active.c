@@ -20,7 +20,6 @@
  * otherwise; one warning names the reason.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -307,13 +306,12 @@ static bool dial_connected(struct dial *d)
 {
 	struct wcm_id *w = d->w;
 	socklen_t alen;
-	int ret, flags;
+	int ret;
 
-	/* Blocking again, as glue_mpa_connect() left it: every later call
-	 * on the socket passes MSG_DONTWAIT or polls itself. */
-	flags = fcntl(d->fd, F_GETFL);
-	if (flags >= 0)
-		fcntl(d->fd, F_SETFL, flags & ~O_NONBLOCK);
+	/* The socket stays non-blocking, as the engine wants it
+	 * (glue_conn_add): every call on it until then passes MSG_DONTWAIT
+	 * or polls itself, TLS's included. Switching it to blocking and
+	 * back cost two fcntl calls per connection (issue 13). */
 	wcm_no_delay(d->fd);
 	pthread_mutex_lock(&wcm.lock);
 	alen = sizeof(w->id.route.addr.src_storage);
@@ -629,9 +627,13 @@ static int dial_queue(struct wcm_id *w)
 	d->tls = w->opts.tls;
 	d->had_qp = w->id.qp || w->ext_qp;
 	w->workers++;
+	/* One wake-up per batch, not per connect: a non-empty list has had
+	 * its write since the dialer last took it (both under wcm.lock; the
+	 * dialer reads the eventfd before it takes the list), so the
+	 * dialer will take d with the others. */
 	d->next = dialer.incoming;
 	dialer.incoming = d;
-	if (write(dialer.wake, &one, sizeof(one)) < 0)
+	if (!d->next && write(dialer.wake, &one, sizeof(one)) < 0)
 		wcm_log(WCM_LOG_ERROR, "dialer: %s", strerror(errno));
 	return 0;
 }
@@ -682,7 +684,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	if (w->fd < 0) {
 		int family = id->route.addr.dst_addr.sa_family;
 
-		fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+		fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    IPPROTO_TCP);
 		if (fd < 0) {
 			ret = -errno;
 			goto out;
