@@ -239,7 +239,11 @@ static bool dial_request(struct dial *d)
 	if (ret)
 		return dial_fail(d, ret);
 	glue_mpa_rd_init(&d->rd, MPA_REPLY, d->x.frame, sizeof(d->x.frame));
-	/* With TLS, OpenSSL may already hold what arrived. */
+	/* With TLS, OpenSSL may already hold what arrived. Without, the
+	 * Reply cannot be there yet (the peer's application answers it):
+	 * the epoll set reports it, and a recv now would only fail. */
+	if (!d->t)
+		return true;
 	return dial_reply(d);
 }
 
@@ -312,13 +316,17 @@ static bool dial_connected(struct dial *d)
 	 * (glue_conn_add): every call on it until then passes MSG_DONTWAIT
 	 * or polls itself, TLS's included. Switching it to blocking and
 	 * back cost two fcntl calls per connection (issue 13). */
-	wcm_no_delay(d->fd);
 	pthread_mutex_lock(&wcm.lock);
 	alen = sizeof(w->id.route.addr.src_storage);
 	getsockname(d->fd, &w->id.route.addr.src_addr, &alen);
 	pthread_mutex_unlock(&wcm.lock);
+	/* Plain MPA sends one frame, the first data on the connection,
+	 * which Nagle never holds back; glue_conn_add sets TCP_NODELAY for
+	 * the FPDUs. TLS sends its MPA Request right behind its Finished,
+	 * which Nagle would hold until the Finished is acknowledged. */
 	if (d->tls.mode == GLUE_TLS_OFF)
 		return dial_request(d);
+	wcm_no_delay(d->fd);
 	ret = dial_tls_start(d);
 	if (ret)
 		return dial_fail(d, ret);

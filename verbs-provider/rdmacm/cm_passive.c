@@ -223,7 +223,9 @@ static void hs_admit(struct listener *ls, int fd,
 			evict->who);
 		hs_drop(ls, evict);
 	}
-	wcm_no_delay(fd);
+	/* TCP_NODELAY waits for TLS (hs_sniff): plain MPA's Reply is the
+	 * first data this end sends, which Nagle never holds back, and
+	 * glue_conn_add sets it for the FPDUs. */
 	/* RFC 5044 7.1.2 rule 8: "Implementations SHOULD put a timeout on
 	 * waiting for the MPA Request Frame when started in Responder
 	 * mode". */
@@ -399,6 +401,9 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 	h->tls = glue_tls_new(ctx, h->fd, NULL);
 	if (!h->tls)
 		return -ENOMEM;
+	/* Handshake records and then the Reply, each behind data not yet
+	 * acknowledged: Nagle must not hold them. */
+	wcm_no_delay(h->fd);
 	h->phase = HS_TLS;
 	return 0;
 }
