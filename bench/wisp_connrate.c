@@ -31,8 +31,9 @@
  * own, matched to the parent's connections by port): the rdma_connect
  * call to the listener's application holding CONNECT_REQUEST, the
  * listener's rdma_create_qp and rdma_accept calls, and the rdma_accept
- * call to the client's ESTABLISHED; and how long the loop of
- * rdma_connect calls took.
+ * call to the client's ESTABLISHED; how long the loop of rdma_connect
+ * calls took; and the CPU time and context switches of each process
+ * (getrusage, all its threads) per connection over the burst.
  *
  * Bounded: N <= 4096, RATE <= 100000, and an alarm ends the run after
  * 120 s.
@@ -53,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -190,6 +192,24 @@ struct srec {
 static struct srec srecs[MAX_CONNS];
 static uint32_t nsrec;
 
+/* CPU time (µs) and context switches of this process so far. */
+struct usage {
+	double cpu_us, csw;
+};
+
+static struct usage usage_now(void)
+{
+	struct rusage ru;
+	struct usage u = { 0 };
+
+	if (getrusage(RUSAGE_SELF, &ru))
+		return u;
+	u.cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+		   ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+	u.csw = (double)(ru.ru_nvcsw + ru.ru_nivcsw);
+	return u;
+}
+
 static void *tcp_server(void *arg)
 {
 	int lfd = *(int *)arg, ep = epoll_create1(0);
@@ -276,6 +296,7 @@ static void server(int out, int in)
 	struct rdma_cm_event *e;
 	socklen_t alen = sizeof(a);
 	uint16_t ports[2];
+	struct usage mark = { 0 }, now;
 	pthread_t t;
 	int lfd;
 
@@ -294,8 +315,10 @@ static void server(int out, int in)
 	if (pthread_create(&t, NULL, tcp_server, &lfd))
 		die("pthread_create");
 	full_write(out, ports, sizeof(ports));
-	/* Serve until the parent closes its end of the pipe; a 'p' from it
-	 * asks for the stamps of the requests since the last one. */
+	/* Serve until the parent closes its end of the pipe; an 's' from it
+	 * marks the start of a run (answered with one octet), a 'p' asks
+	 * for the stamps of the requests since the last one and the usage
+	 * since the 's'. */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	for (;;) {
 		struct pollfd p[2] = { { .fd = ch->fd, .events = POLLIN },
@@ -310,6 +333,16 @@ static void server(int out, int in)
 			continue;
 		if (read(in, &cmd, 1) != 1)
 			_exit(0);
+		if (cmd == 's') {
+			mark = usage_now();
+			nsrec = 0;
+			full_write(out, "s", 1);
+			continue;
+		}
+		now = usage_now();
+		now.cpu_us -= mark.cpu_us;
+		now.csw -= mark.csw;
+		full_write(out, &now, sizeof(now));
 		full_write(out, &nsrec, sizeof(nsrec));
 		full_write(out, srecs, nsrec * sizeof(srecs[0]));
 		nsrec = 0;
@@ -328,6 +361,7 @@ struct phase_set {
 	int n;                      /* connections matched with the child */
 	double loop_ms;             /* the loop of rdma_connect calls */
 	double t0, t1;              /* the timed window, CLOCK_MONOTONIC µs */
+	struct usage client, server; /* over the window */
 	double to_req[MAX_CONNS], create_qp[MAX_CONNS], accept[MAX_CONNS],
 	       to_est[MAX_CONNS];
 };
@@ -374,7 +408,8 @@ static void collect_phases(int to_child, int from_child,
 	uint32_t n;
 
 	full_write(to_child, "p", 1);
-	if (!full_read(from_child, &n, sizeof(n)) || n > MAX_CONNS ||
+	if (!full_read(from_child, &ph->server, sizeof(ph->server)) ||
+	    !full_read(from_child, &n, sizeof(n)) || n > MAX_CONNS ||
 	    !full_read(from_child, srecs, n * sizeof(srecs[0])))
 		die("the child's stamps");
 	for (int i = 0; i < 65536; i++)
@@ -450,6 +485,14 @@ static void run_rdma(uint16_t port, struct result *r, struct phase_set *ph,
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	r->threads = 0;
 	threads_sample(&r->threads, &last_look, true);
+	{
+		char ack;
+
+		full_write(to_child, "s", 1);
+		if (!full_read(from_child, &ack, 1))
+			die("the child's mark");
+	}
+	ph->client = usage_now();
 	t0 = now_us();
 	t1 = t0;
 	ph->loop_ms = 0;
@@ -501,6 +544,12 @@ static void run_rdma(uint16_t port, struct result *r, struct phase_set *ph,
 		if (ppoll(&p, 1, until(next < nconn ? due_at(t0, next) : -1,
 				       &ts), NULL) < 0 && errno != EINTR)
 			die("ppoll");
+	}
+	{
+		struct usage u = usage_now();
+
+		ph->client.cpu_us = u.cpu_us - ph->client.cpu_us;
+		ph->client.csw = u.csw - ph->client.csw;
 	}
 	threads_sample(&r->threads, &last_look, true);
 	finish(r, lat, ok, t0, t1);
@@ -632,6 +681,10 @@ static void print_phases(struct phase_set *ph)
 			ph->n);
 	printf("  %-36s %8.2f\n", "the loop of rdma_connect calls",
 	       ph->loop_ms);
+	printf("  %-36s %8.1f %8.1f\n", "CPU us / connection: client, server",
+	       ph->client.cpu_us / nconn, ph->server.cpu_us / nconn);
+	printf("  %-36s %8.2f %8.2f\n", "context switches / conn: client, server",
+	       ph->client.csw / nconn, ph->server.csw / nconn);
 	/* For perf report --time (perf record -k CLOCK_MONOTONIC). */
 	printf("  window (CLOCK_MONOTONIC s)         %.6f,%.6f\n",
 	       ph->t0 / 1e6, ph->t1 / 1e6);
