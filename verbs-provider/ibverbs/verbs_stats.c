@@ -43,7 +43,9 @@ static uint32_t st_ctx_next;
 /* No QP slot below this one is free (st_lock): wisp_stats_qp_open takes
  * the lowest free slot without walking the used ones below it, each a
  * cache line or more apart (with a thousand QPs open, that walk was a
- * visible part of every QP creation; issue 13). */
+ * visible part of every QP creation; issue 13). Only this process's
+ * closes lower it: a forked child sharing the map may free slots below
+ * it, which a search that finds nothing above looks for again. */
 static uint32_t st_qp_low;
 
 static uint64_t realtime_ms(void)
@@ -205,6 +207,16 @@ static int dev_index(struct wisp_stats_file *f, const struct ibv_context *ctx)
 	return free_i;
 }
 
+/* The first free QP slot from index from on, or NULL (st_lock). */
+static struct wisp_stats_qp *qp_slot(struct wisp_stats_file *f,
+				     uint32_t from)
+{
+	for (uint32_t i = from; i < WISP_STATS_MAX_QP; i++)
+		if (!f->qp[i].in_use)
+			return &f->qp[i];
+	return NULL;
+}
+
 struct wisp_stats_qp *wisp_stats_qp_open(struct ibv_context *ctx)
 {
 	struct wisp_stats_file *f = file();
@@ -219,11 +231,13 @@ struct wisp_stats_qp *wisp_stats_qp_open(struct ibv_context *ctx)
 		goto out;
 	atomic_fetch_add_explicit(&f->dev[d].qps_created, 1,
 				  memory_order_relaxed);
-	for (uint32_t i = st_qp_low; i < WISP_STATS_MAX_QP; i++) {
-		if (f->qp[i].in_use)
-			continue;
+	s = qp_slot(f, st_qp_low);
+	if (!s && st_qp_low)
+		s = qp_slot(f, 0);
+	if (s) {
+		uint32_t i = (uint32_t)(s - f->qp);
+
 		st_qp_low = i + 1;
-		s = &f->qp[i];
 		write_begin(f);
 		memset(s, 0, sizeof(*s));
 		s->in_use = 1;
@@ -231,7 +245,6 @@ struct wisp_stats_qp *wisp_stats_qp_open(struct ibv_context *ctx)
 		if (atomic_load(&f->hdr.qp_high) <= i)
 			atomic_store(&f->hdr.qp_high, i + 1);
 		write_end(f);
-		break;
 	}
 out:
 	if (!s)
