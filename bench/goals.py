@@ -78,16 +78,24 @@ def connrate(path):
     if not os.path.exists(path):
         return None
     wisp, tcp, slow = [], [], []
+    # Columns: connected, conn/s, then median and max ms, or (since the
+    # header names "p99 ms") p50, p99 and max ms. Only the burst mode
+    # (wisp_connrate's default) measures the goal.
     pat = re.compile(r"^(rdma_cm|raw TCP)\s+(\d+)/(\d+)\s+([\d.]+)\s+"
-                     r"([\d.]+)\s+([\d.]+)")
+                     r"([\d.]+)\s+([\d.]+)(?:\s+([\d.]+))?")
+    burst, max_col = True, 6
     with open(path) as f:
         for line in f:
+            if line.startswith("mode: "):
+                burst = line.startswith("mode: burst")
+            if "conn/s" in line:
+                max_col = 7 if "p99 ms" in line else 6
             m = pat.match(line)
-            if not m:
+            if not m or not burst:
                 continue
             if m.group(1) == "rdma_cm":
                 wisp.append(float(m.group(4)))
-                slow.append(float(m.group(6)))
+                slow.append(float(m.group(max_col)))
             else:
                 tcp.append(float(m.group(4)))
     if not wisp:

@@ -1179,6 +1179,19 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		return;
 	}
 	c->recheck_ms = GLUE_APP_POLL_MS;
+	if (c->rx_fresh) {
+		/* A socket just adopted: wait for readiness at once rather
+		 * than try a recvmsg first, which on a fresh connection
+		 * nearly always finds nothing (one system call per
+		 * connection; issue 13). Arming reports octets already
+		 * there (io_uring's poll and epoll both look when armed).
+		 * A TLS session may hold decrypted octets: it is drained. */
+		c->rx_fresh = false;
+		if (!c->tls) {
+			r = 1;
+			goto arm;
+		}
+	}
 	if (pthread_mutex_trylock(&c->rx_lock)) {
 		/* A polling thread is draining the socket: it reads until
 		 * EAGAIN, so waiting for readiness again loses nothing. */
@@ -1714,7 +1727,8 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 		return NULL;
 	}
 	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+	if (fl < 0 ||
+	    (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
 		ret = -errno;
 		goto err;
 	}
@@ -1730,6 +1744,7 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 	c->arg = arg;
 	c->heap_idx = -1;
 	c->recheck_ms = GLUE_APP_POLL_MS;
+	c->rx_fresh = true;
 	atomic_init(&c->queued, false);
 	c->tx_iov = c->tx_iov_small;
 	c->tx_iov_cap = GLUE_TX_IOV_SMALL;

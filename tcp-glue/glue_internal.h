@@ -46,6 +46,7 @@ struct glue_conn {
 	struct glue_conn *rnext;
 	atomic_bool queued;
 	bool adopted;             /* the backend knows c (engine thread) */
+	bool rx_fresh;            /* not received on yet (engine thread) */
 	/* The deadline heap (engine thread): c's place, -1 if not in it,
 	 * and when it is due (its timer, close deadline or recheck). */
 	int heap_idx;

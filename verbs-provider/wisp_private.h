@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <infiniband/verbs.h>
 
@@ -47,6 +48,9 @@ struct wisp_stream_params {
 	uint16_t peer_max_ulpdu; /* wisp peer, large-FPDU extension
 				  * negotiated: the largest ULPDU it
 				  * accepts; 0: FPDUs fit one TCP segment */
+	/* The socket's addresses if the caller knows them (the connection
+	 * manager does), for the statistics; NULL: asked of the socket. */
+	const struct sockaddr *local, *peer;
 };
 
 /*

@@ -40,6 +40,13 @@ static pid_t st_pid;
 /* Which context each device entry belongs to (process memory only). */
 static const struct ibv_context *st_ctx[WISP_STATS_MAX_DEV];
 static uint32_t st_ctx_next;
+/* No QP slot below this one is free (st_lock): wisp_stats_qp_open takes
+ * the lowest free slot without walking the used ones below it, each a
+ * cache line or more apart (with a thousand QPs open, that walk was a
+ * visible part of every QP creation; issue 13). Only this process's
+ * closes lower it: a forked child sharing the map may free slots below
+ * it, which a search that finds nothing above looks for again. */
+static uint32_t st_qp_low;
 
 static uint64_t realtime_ms(void)
 {
@@ -200,6 +207,16 @@ static int dev_index(struct wisp_stats_file *f, const struct ibv_context *ctx)
 	return free_i;
 }
 
+/* The first free QP slot from index from on, or NULL (st_lock). */
+static struct wisp_stats_qp *qp_slot(struct wisp_stats_file *f,
+				     uint32_t from)
+{
+	for (uint32_t i = from; i < WISP_STATS_MAX_QP; i++)
+		if (!f->qp[i].in_use)
+			return &f->qp[i];
+	return NULL;
+}
+
 struct wisp_stats_qp *wisp_stats_qp_open(struct ibv_context *ctx)
 {
 	struct wisp_stats_file *f = file();
@@ -214,10 +231,13 @@ struct wisp_stats_qp *wisp_stats_qp_open(struct ibv_context *ctx)
 		goto out;
 	atomic_fetch_add_explicit(&f->dev[d].qps_created, 1,
 				  memory_order_relaxed);
-	for (uint32_t i = 0; i < WISP_STATS_MAX_QP; i++) {
-		if (f->qp[i].in_use)
-			continue;
-		s = &f->qp[i];
+	s = qp_slot(f, st_qp_low);
+	if (!s && st_qp_low)
+		s = qp_slot(f, 0);
+	if (s) {
+		uint32_t i = (uint32_t)(s - f->qp);
+
+		st_qp_low = i + 1;
 		write_begin(f);
 		memset(s, 0, sizeof(*s));
 		s->in_use = 1;
@@ -225,7 +245,6 @@ struct wisp_stats_qp *wisp_stats_qp_open(struct ibv_context *ctx)
 		if (atomic_load(&f->hdr.qp_high) <= i)
 			atomic_store(&f->hdr.qp_high, i + 1);
 		write_end(f);
-		break;
 	}
 out:
 	if (!s)
@@ -244,16 +263,22 @@ struct glue_conn_stats *wisp_stats_qp_sock(struct wisp_stats_qp *s)
 	return s ? &s->c.sock : NULL;
 }
 
-static void sock_name(char *out, size_t cap, int fd, bool peer)
+/* The address known (sa), else the socket's own, as text. */
+static void sock_name(char *out, size_t cap, int fd, bool peer,
+		      const struct sockaddr *sa)
 {
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = { 0 };
 	socklen_t len = sizeof(ss);
 	char a[INET6_ADDRSTRLEN] = "?";
 	unsigned int port;
 
 	out[0] = '\0';
-	if ((peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
-		  : getsockname(fd, (struct sockaddr *)&ss, &len)))
+	if (sa && sa->sa_family == AF_INET)
+		memcpy(&ss, sa, sizeof(struct sockaddr_in));
+	else if (sa && sa->sa_family == AF_INET6)
+		memcpy(&ss, sa, sizeof(struct sockaddr_in6));
+	else if ((peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
+		       : getsockname(fd, (struct sockaddr *)&ss, &len)))
 		return;
 	if (ss.ss_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
@@ -291,8 +316,8 @@ void wisp_stats_qp_attached(struct wisp_stats_qp *s, uint32_t qp_num, int fd,
 	s->ird = p->ird;
 	s->ord = p->ord;
 	s->mulpdu = mulpdu;
-	sock_name(s->local, sizeof(s->local), fd, false);
-	sock_name(s->peer, sizeof(s->peer), fd, true);
+	sock_name(s->local, sizeof(s->local), fd, false, p->local);
+	sock_name(s->peer, sizeof(s->peer), fd, true, p->peer);
 	s->connected_ms = realtime_ms();
 	atomic_store(&s->end_reason, 0);
 	atomic_store(&s->state, WISP_STATS_QP_CONNECTED);
@@ -335,8 +360,13 @@ void wisp_stats_qp_close(struct ibv_context *ctx, struct wisp_stats_qp *s,
 		memcpy(&c.core, core, sizeof(c.core));
 		wisp_stats_add(&f->dev[d].retired, &c);
 	}
-	if (s)
+	if (s) {
+		uint32_t i = (uint32_t)(s - f->qp);
+
 		s->in_use = 0;
+		if (i < st_qp_low)
+			st_qp_low = i;
+	}
 	write_end(f);
 	pthread_mutex_unlock(&st_lock);
 }

@@ -20,7 +20,6 @@
  * otherwise; one warning names the reason.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -240,7 +239,11 @@ static bool dial_request(struct dial *d)
 	if (ret)
 		return dial_fail(d, ret);
 	glue_mpa_rd_init(&d->rd, MPA_REPLY, d->x.frame, sizeof(d->x.frame));
-	/* With TLS, OpenSSL may already hold what arrived. */
+	/* With TLS, OpenSSL may already hold what arrived. Without, the
+	 * Reply cannot be there yet (the peer's application answers it):
+	 * the epoll set reports it, and a recv now would only fail. */
+	if (!d->t)
+		return true;
 	return dial_reply(d);
 }
 
@@ -307,20 +310,23 @@ static bool dial_connected(struct dial *d)
 {
 	struct wcm_id *w = d->w;
 	socklen_t alen;
-	int ret, flags;
+	int ret;
 
-	/* Blocking again, as glue_mpa_connect() left it: every later call
-	 * on the socket passes MSG_DONTWAIT or polls itself. */
-	flags = fcntl(d->fd, F_GETFL);
-	if (flags >= 0)
-		fcntl(d->fd, F_SETFL, flags & ~O_NONBLOCK);
-	wcm_no_delay(d->fd);
+	/* The socket stays non-blocking, as the engine wants it
+	 * (glue_conn_add): every call on it until then passes MSG_DONTWAIT
+	 * or polls itself, TLS's included. Switching it to blocking and
+	 * back cost two fcntl calls per connection (issue 13). */
 	pthread_mutex_lock(&wcm.lock);
 	alen = sizeof(w->id.route.addr.src_storage);
 	getsockname(d->fd, &w->id.route.addr.src_addr, &alen);
 	pthread_mutex_unlock(&wcm.lock);
+	/* Plain MPA sends one frame, the first data on the connection,
+	 * which Nagle never holds back; glue_conn_add sets TCP_NODELAY for
+	 * the FPDUs. TLS sends its MPA Request right behind its Finished,
+	 * which Nagle would hold until the Finished is acknowledged. */
 	if (d->tls.mode == GLUE_TLS_OFF)
 		return dial_request(d);
+	wcm_no_delay(d->fd);
 	ret = dial_tls_start(d);
 	if (ret)
 		return dial_fail(d, ret);
@@ -629,9 +635,13 @@ static int dial_queue(struct wcm_id *w)
 	d->tls = w->opts.tls;
 	d->had_qp = w->id.qp || w->ext_qp;
 	w->workers++;
+	/* One wake-up per batch, not per connect: a non-empty list has had
+	 * its write since the dialer last took it (both under wcm.lock; the
+	 * dialer reads the eventfd before it takes the list), so the
+	 * dialer will take d with the others. */
 	d->next = dialer.incoming;
 	dialer.incoming = d;
-	if (write(dialer.wake, &one, sizeof(one)) < 0)
+	if (!d->next && write(dialer.wake, &one, sizeof(one)) < 0)
 		wcm_log(WCM_LOG_ERROR, "dialer: %s", strerror(errno));
 	return 0;
 }
@@ -682,7 +692,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 	if (w->fd < 0) {
 		int family = id->route.addr.dst_addr.sa_family;
 
-		fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+		fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    IPPROTO_TCP);
 		if (fd < 0) {
 			ret = -errno;
 			goto out;

@@ -281,7 +281,11 @@ int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 		return -EAFNOSUPPORT;
 	if (w->state != WCM_IDLE || w->fd >= 0)
 		return -EINVAL;
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+	/* Non-blocking from the start: a listener's accept and a
+	 * connection's MPA steps never wait in a system call
+	 * (cm_passive.c, cm_active.c), and the engine takes the socket so. */
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+		    IPPROTO_TCP);
 	if (fd < 0)
 		return -errno;
 	wcm_sock_opts(w, fd, addr->sa_family);

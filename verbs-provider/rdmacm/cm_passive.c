@@ -49,6 +49,7 @@ struct wcm_hs {
 	int fd;
 	int64_t deadline;
 	struct in6_addr addr;      /* source address (IPv4 mapped) */
+	struct sockaddr_storage peer; /* as accept() gave it */
 	struct glue_mpa_rd rd;
 	uint8_t frame[GLUE_MPA_FRAME_MAX];
 	char who[64];
@@ -190,6 +191,7 @@ static void hs_admit(struct listener *ls, int fd,
 	h->fd = fd;
 	h->events = POLLIN;
 	addr_key(peer, &h->addr);
+	h->peer = *peer;
 	wcm_addr_str((const struct sockaddr *)peer, h->who, sizeof(h->who));
 	pthread_mutex_lock(&wcm.lock);
 	no = hs_bounds(ls, h, &evict);
@@ -221,7 +223,9 @@ static void hs_admit(struct listener *ls, int fd,
 			evict->who);
 		hs_drop(ls, evict);
 	}
-	wcm_no_delay(fd);
+	/* TCP_NODELAY waits for TLS (hs_sniff): plain MPA's Reply is the
+	 * first data this end sends, which Nagle never holds back, and
+	 * glue_conn_add sets it for the FPDUs. */
 	/* RFC 5044 7.1.2 rule 8: "Implementations SHOULD put a timeout on
 	 * waiting for the MPA Request Frame when started in Responder
 	 * mode". */
@@ -234,6 +238,7 @@ static void hs_admit(struct listener *ls, int fd,
 
 /* The new id for an acceptable Request (wcm.lock held). */
 static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
+			 const struct sockaddr_storage *peer,
 			 const uint8_t *buf, int len, const struct mpa_rr *req)
 {
 	struct wcm_event *e;
@@ -249,8 +254,9 @@ static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 	wcm_id_set_device(c);
 	alen = sizeof(c->id.route.addr.src_storage);
 	getsockname(fd, &c->id.route.addr.src_addr, &alen);
-	alen = sizeof(c->id.route.addr.dst_storage);
-	getpeername(fd, &c->id.route.addr.dst_addr, &alen);
+	/* The peer's address as accept() gave it: no getpeername. */
+	memcpy(&c->id.route.addr.dst_storage, peer,
+	       sizeof(c->id.route.addr.dst_storage));
 
 	/* What the application should accept with, as the kernel's iWARP
 	 * CM proposes: our ORD up to the peer's IRD, our IRD up to its ORD
@@ -328,7 +334,7 @@ static void hs_request(struct wcm_id *l, struct wcm_hs *h, int len)
 	pthread_mutex_lock(&wcm.lock);
 	full = l->req_queued >= l->backlog;
 	if (!c || l->dying || full ||
-	    raise_request(l, c, h->fd, h->frame, len, &req)) {
+	    raise_request(l, c, h->fd, &h->peer, h->frame, len, &req)) {
 		pthread_mutex_unlock(&wcm.lock);
 		if (c) {
 			c->fd = -1;
@@ -395,6 +401,9 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 	h->tls = glue_tls_new(ctx, h->fd, NULL);
 	if (!h->tls)
 		return -ENOMEM;
+	/* Handshake records and then the Reply, each behind data not yet
+	 * acknowledged: Nagle must not hold them. */
+	wcm_no_delay(h->fd);
 	h->phase = HS_TLS;
 	return 0;
 }
@@ -471,8 +480,10 @@ static void accept_some(struct listener *ls, int lfd, int timeout_ms)
 		socklen_t plen = sizeof(peer);
 		int fd;
 
+		/* Non-blocking: the handshake reads never wait, and the
+		 * engine takes the socket so (no fcntl there). */
 		fd = accept4(lfd, (struct sockaddr *)&peer, &plen,
-			     SOCK_CLOEXEC);
+			     SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE ||
 			    errno == ENOBUFS || errno == ENOMEM) {
