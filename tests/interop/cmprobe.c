@@ -219,6 +219,17 @@ static int do_send(struct conn *c, const char *side)
 	return wait_wc(c, 2);
 }
 
+/*
+ * Passive side: the next connection's request, when it came while this
+ * one still waited for an event of its own. rdma_cm keeps no order between
+ * the events of different ids, and the guestfwd relay (a socat each
+ * connection) can pass the client's next request on before its close of
+ * the last: the request is the next connection's, not an error.
+ */
+static struct rdma_cm_id *early_id;
+static char early_pd[BUFSZ];
+static int early_len;
+
 /* Wait for a given event on id; other events are reported. */
 static int wait_for(struct rdma_event_channel *ec, struct rdma_cm_id *id,
 		    enum rdma_cm_event_type want, const char *label)
@@ -234,6 +245,17 @@ static int wait_for(struct rdma_event_channel *ec, struct rdma_cm_id *id,
 			say("%s status=%d", rdma_event_str(ev->event), ev->status);
 			rdma_ack_cm_event(ev);
 			return 0;
+		}
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->id != id && !early_id) {
+			early_id = ev->id;
+			early_len = ev->param.conn.private_data_len;
+			if (early_len > BUFSZ)
+				early_len = BUFSZ;
+			memcpy(early_pd, ev->param.conn.private_data, early_len);
+			say("EARLY CONNECT_REQUEST while waiting for %s: kept for the next connection",
+			    label);
+			rdma_ack_cm_event(ev);
+			continue;
 		}
 		say("UNEXPECTED %s status=%d while waiting for %s",
 		    rdma_event_str(ev->event), ev->status, label);
@@ -305,22 +327,29 @@ static int run_server(const char *addr, const char *port, int n, int reject, int
 		static const char rej[] = "cmprobe-reject", acc[] = "cmprobe-accept";
 		int r = -1;
 
-		ev = next_event_ms(ec, accept_ms);
-		if (!ev) {
-			say("TIMEOUT waiting for CONNECT_REQUEST");
-			bad += n - k + 1;
-			break;
-		}
-		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-			say("UNEXPECTED %s status=%d", rdma_event_str(ev->event), ev->status);
+		if (early_id) {
+			c.id = early_id;
+			early_id = NULL;
+			print_pdata("CONNECT_REQUEST", early_pd, early_len);
+		} else {
+			ev = next_event_ms(ec, accept_ms);
+			if (!ev) {
+				say("TIMEOUT waiting for CONNECT_REQUEST");
+				bad += n - k + 1;
+				break;
+			}
+			if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+				say("UNEXPECTED %s status=%d", rdma_event_str(ev->event),
+				    ev->status);
+				rdma_ack_cm_event(ev);
+				bad++;
+				continue;
+			}
+			c.id = ev->id;
+			print_pdata("CONNECT_REQUEST", ev->param.conn.private_data,
+				    ev->param.conn.private_data_len);
 			rdma_ack_cm_event(ev);
-			bad++;
-			continue;
 		}
-		c.id = ev->id;
-		print_pdata("CONNECT_REQUEST", ev->param.conn.private_data,
-			    ev->param.conn.private_data_len);
-		rdma_ack_cm_event(ev);
 		if (reject) {
 			if (rdma_reject(c.id, rej, sizeof(rej)))
 				say("ERROR rdma_reject: %s", strerror(errno));
@@ -348,6 +377,12 @@ static int run_server(const char *addr, const char *port, int n, int reject, int
 			bad++;
 			say("BAD");
 		}
+	}
+	if (early_id) {
+		say("UNEXPECTED CONNECT_REQUEST beyond the %d asked for", n);
+		rdma_reject(early_id, NULL, 0);
+		rdma_destroy_id(early_id);
+		bad++;
 	}
 	rdma_destroy_id(lid);
 	rdma_destroy_event_channel(ec);
