@@ -39,10 +39,19 @@
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
 #define PSK_MAX 64
+/* TLS 1.3 records as wisp seals them (RFC 8446 5.1, 5.2). */
+#define REC_HDR 5
+#define REC_TAG 16
+#define REC_IV 12
+#define REC_CT_ALERT 21
+#define REC_CT_HANDSHAKE 22
+#define REC_CT_APPDATA 23
 /* OpenSSL's read buffer with read-ahead: four full records. */
 #define GLUE_TLS_READ_BUF (4 * (GLUE_TLS_RECORD + 256))
 
@@ -78,6 +87,27 @@ struct glue_tls {
 	 * last SSL_read: glue_tls_rx_idle must not look at the socket
 	 * alone then. Written under lock, read without it. */
 	_Atomic bool rx_buffered;
+
+	/* Sealing (docs/tls.md "Sealing"): from the first glue_tls_tx on,
+	 * wisp makes the application data records it sends itself, with
+	 * the traffic secret OpenSSL derived (keylog_cb) and the sequence
+	 * number OpenSSL reached (msg_cb). All under lock. */
+	bool seal;                /* wisp seals; OpenSSL writes nothing */
+	bool seal_tried;
+	bool os_rekeyed;          /* OpenSSL sent a KeyUpdate itself */
+	bool os_wpend;            /* OpenSSL holds a record half sent */
+	bool ku_owed;             /* a KeyUpdate before the next record */
+	uint64_t os_wseq;         /* records OpenSSL sent after the
+				   * handshake */
+	uint8_t tx_secret[EVP_MAX_MD_SIZE];
+	size_t tx_secret_len;
+	const EVP_MD *seal_md;
+	EVP_CIPHER *seal_cipher;
+	EVP_CIPHER_CTX *seal_ctx;
+	uint8_t seal_iv[REC_IV];
+	uint64_t seal_seq;
+	size_t wbuf_off, wbuf_len; /* sealed octets not sent yet */
+	uint8_t wbuf[REC_HDR + GLUE_TLS_RECORD + 1 + REC_TAG];
 };
 
 static const char *const fail_names[] = {
@@ -151,10 +181,19 @@ int glue_tls_fail_errno(enum glue_tls_fail f)
 
 static int bio_write(BIO *b, const char *buf, size_t len, size_t *done)
 {
-	int fd = (int)(intptr_t)BIO_get_data(b);
+	const struct glue_tls *t = BIO_get_data(b);
+	int fd = t->fd;
 	ssize_t n;
 
 	BIO_clear_retry_flags(b);
+	if (t->seal) {
+		/* wisp seals this session's records now: whatever OpenSSL
+		 * would still write (an alert as it fails, an answer to a
+		 * KeyUpdate) carries a sequence number wisp has used, and
+		 * never reaches the wire. */
+		*done = len;
+		return 1;
+	}
 	do
 		n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
@@ -169,7 +208,8 @@ static int bio_write(BIO *b, const char *buf, size_t len, size_t *done)
 
 static int bio_read(BIO *b, char *buf, size_t len, size_t *done)
 {
-	int fd = (int)(intptr_t)BIO_get_data(b);
+	const struct glue_tls *t = BIO_get_data(b);
+	int fd = t->fd;
 	ssize_t n;
 
 	BIO_clear_retry_flags(b);
@@ -288,9 +328,63 @@ bad:
 	return -EINVAL;
 }
 
-static struct glue_tls *tls_of_ssl(SSL *ssl)
+static struct glue_tls *tls_of_ssl(const SSL *ssl)
 {
 	return SSL_get_ex_data(ssl, ex_index);
+}
+
+/* OpenSSL's key log: the one line wisp keeps is this side's application
+ * traffic secret (RFC 8446 7.1, client_/server_application_traffic_
+ * secret_0), for sealing (seal_setup). */
+static void keylog_cb(const SSL *ssl, const char *line)
+{
+	struct glue_tls *t = tls_of_ssl(ssl);
+	const char *want, *p;
+	size_t n = 0;
+
+	if (!t)
+		return;
+	want = t->ctx->server ? "SERVER_TRAFFIC_SECRET_0 " :
+				"CLIENT_TRAFFIC_SECRET_0 ";
+	if (strncmp(line, want, strlen(want)))
+		return;
+	p = strchr(line + strlen(want), ' ');   /* past the client random */
+	if (!p)
+		return;
+	for (p++; p[0] && p[1] && n < sizeof(t->tx_secret); p += 2) {
+		int hi = hexval(p[0]), lo = hexval(p[1]);
+
+		if (hi < 0 || lo < 0)
+			break;
+		t->tx_secret[n++] = (uint8_t)(hi << 4 | lo);
+	}
+	t->tx_secret_len = *p ? 0 : n;        /* all of it, or nothing */
+}
+
+/* Records as OpenSSL sends and receives them: how many it sent with
+ * the application traffic key (the sequence number sealing goes on
+ * from), whether it rotated that key itself, and a peer's KeyUpdate
+ * that asks for ours (RFC 8446 4.6.3). */
+static void msg_cb(int write_p, int version, int content_type,
+		   const void *buf, size_t len, SSL *ssl, void *arg)
+{
+	struct glue_tls *t = tls_of_ssl(ssl);
+	const uint8_t *b = buf;
+
+	(void)version;
+	(void)arg;
+	if (!t)
+		return;
+	if (write_p && content_type == SSL3_RT_HEADER &&
+	    SSL_is_init_finished(ssl))
+		t->os_wseq++;
+	if (content_type != SSL3_RT_HANDSHAKE || len < 5 ||
+	    b[0] != SSL3_MT_KEY_UPDATE)
+		return;
+	if (write_p)
+		t->os_rekeyed = true;
+	else if (b[4] == SSL_KEY_UPDATE_REQUESTED)
+		t->ku_owed = true;
 }
 
 /* TLS_AES_128_GCM_SHA256 (RFC 8446 B.4: 0x13,0x01): the PSK's hash. */
@@ -408,6 +502,10 @@ static int ctx_setup(struct glue_tls_ctx *x, char *why, size_t whylen)
 	 * and no extra record follows the handshake. */
 	SSL_CTX_set_num_tickets(s, 0);
 	SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_OFF);
+	/* What sealing needs: this side's traffic secret and how many
+	 * records OpenSSL sent with it. */
+	SSL_CTX_set_keylog_callback(s, keylog_cb);
+	SSL_CTX_set_msg_callback(s, msg_cb);
 	/* psk_dhe_ke only (RFC 8446 4.2.9): OpenSSL offers and accepts
 	 * psk_ke only with SSL_OP_ALLOW_NO_DHE_KEX, which stays clear, so
 	 * a stolen PSK does not open recorded traffic. */
@@ -541,7 +639,7 @@ struct glue_tls *glue_tls_new(struct glue_tls_ctx *ctx, int fd,
 		BIO_free(b);
 		goto err_free;
 	}
-	BIO_set_data(b, (void *)(intptr_t)fd);
+	BIO_set_data(b, t);
 	BIO_set_init(b, 1);
 	SSL_set_bio(t->ssl, b, b);
 	SSL_set_ex_data(t->ssl, ex_index, t);
@@ -579,8 +677,12 @@ void glue_tls_free(struct glue_tls *t)
 	if (!t)
 		return;
 	SSL_free(t->ssl);
+	EVP_CIPHER_CTX_free(t->seal_ctx);
+	EVP_CIPHER_free(t->seal_cipher);
 	pthread_mutex_destroy(&t->lock);
 	OPENSSL_cleanse(t->stage, sizeof(t->stage));
+	OPENSSL_cleanse(t->tx_secret, sizeof(t->tx_secret));
+	OPENSSL_cleanse(t->seal_iv, sizeof(t->seal_iv));
 	free(t);
 }
 
@@ -844,6 +946,8 @@ long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)
 	return total;
 }
 
+static long seal_tx(struct glue_tls *t, const struct iovec *iov, int n);
+
 long glue_tls_write(struct glue_tls *t, const void *buf, size_t len)
 {
 	size_t n = 0;
@@ -854,9 +958,20 @@ long glue_tls_write(struct glue_tls *t, const void *buf, size_t len)
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&t->lock);
+	if (t->seal) {
+		/* iov_base is not const; seal_tx only reads it. */
+		struct iovec v = { .iov_base = (void *)(uintptr_t)buf,
+				   .iov_len = len };
+
+		ret = seal_tx(t, &v, 1);
+		pthread_mutex_unlock(&t->lock);
+		return ret;
+	}
 	err_fresh();
 	r = SSL_write_ex(t->ssl, buf, len, &n);
 	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
+	/* A record OpenSSL holds half sent: no taking over now. */
+	t->os_wpend = ret == -EAGAIN;
 	pthread_mutex_unlock(&t->lock);
 	return ret ? ret : -ECONNRESET;
 }
@@ -915,6 +1030,260 @@ static const void *cur_take(struct glue_tls *t, struct tx_cur *c,
 	return t->stage;
 }
 
+/* ------------------------------------------------------------------ */
+/* Sealing                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * OpenSSL 3.0 spends several hundred nanoseconds per record around the
+ * AEAD itself (cipher re-initialisation through the provider layer,
+ * parameter look-ups by name, the record layer's bookkeeping), which is
+ * most of what TLS adds to a small message's round trip. So wisp seals
+ * the application data records it sends itself, as kernel TLS would:
+ * OpenSSL still does the handshake and everything received (each record
+ * it opens is checked there: tamper, truncation and alerts are its
+ * business), and wisp takes over the sending side at the first
+ * glue_tls_tx, with the traffic secret of this side (keylog_cb) and the
+ * sequence number OpenSSL reached (msg_cb). From then on OpenSSL writes
+ * nothing (bio_write drops it: its state would reuse a nonce). Only for
+ * AES-GCM; with another cipher, or when OpenSSL rotated its key itself
+ * before the takeover, OpenSSL keeps sealing.
+ */
+
+/* HKDF-Expand-Label(secret, label, "", len) (RFC 8446 7.1), len at most
+ * the hash's length: one HMAC (RFC 5869 2.3, T(1)). */
+static int expand_label(const EVP_MD *md, const uint8_t *secret,
+			size_t slen, const char *label, uint8_t *out,
+			size_t len)
+{
+	uint8_t info[2 + 1 + 6 + 16 + 1 + 1], t1[EVP_MAX_MD_SIZE];
+	size_t ll = strlen(label), n = 0;
+	unsigned int mdlen = 0;
+
+	if (ll > 16 || len > (size_t)EVP_MD_get_size(md))
+		return -1;
+	info[n++] = (uint8_t)(len >> 8);
+	info[n++] = (uint8_t)len;
+	info[n++] = (uint8_t)(6 + ll);
+	memcpy(info + n, "tls13 ", 6);
+	n += 6;
+	memcpy(info + n, label, ll);
+	n += ll;
+	info[n++] = 0;                /* Context: empty */
+	info[n++] = 1;                /* HKDF-Expand's counter */
+	if (!HMAC(md, secret, (int)slen, info, n, t1, &mdlen) || mdlen < len)
+		return -1;
+	memcpy(out, t1, len);
+	OPENSSL_cleanse(t1, sizeof(t1));
+	return 0;
+}
+
+/* Keys of the current tx_secret (RFC 8446 7.3). */
+static int seal_keys(struct glue_tls *t)
+{
+	uint8_t key[32];
+	int klen = EVP_CIPHER_get_key_length(t->seal_cipher), r;
+
+	if (klen <= 0 || (size_t)klen > sizeof(key) ||
+	    expand_label(t->seal_md, t->tx_secret, t->tx_secret_len, "key",
+			 key, (size_t)klen) ||
+	    expand_label(t->seal_md, t->tx_secret, t->tx_secret_len, "iv",
+			 t->seal_iv, REC_IV))
+		return -1;
+	r = EVP_EncryptInit_ex(t->seal_ctx, t->seal_cipher, NULL, key, NULL);
+	OPENSSL_cleanse(key, sizeof(key));
+	return r == 1 ? 0 : -1;
+}
+
+/* Take the sending side over from OpenSSL: 0, or -1 to leave it there. */
+static int seal_setup(struct glue_tls *t)
+{
+	const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
+	const char *name;
+
+	switch (c ? SSL_CIPHER_get_id(c) : 0) {
+	case TLS1_3_CK_AES_128_GCM_SHA256:
+		name = "AES-128-GCM";
+		t->seal_md = EVP_sha256();
+		break;
+	case TLS1_3_CK_AES_256_GCM_SHA384:
+		name = "AES-256-GCM";
+		t->seal_md = EVP_sha384();
+		break;
+	default:
+		return -1;
+	}
+	if (!SSL_is_init_finished(t->ssl) || t->os_rekeyed || t->os_wpend ||
+	    t->closed || t->pend ||
+	    t->tx_secret_len != (size_t)EVP_MD_get_size(t->seal_md))
+		return -1;
+	t->seal_cipher = EVP_CIPHER_fetch(NULL, name, NULL);
+	t->seal_ctx = EVP_CIPHER_CTX_new();
+	if (!t->seal_cipher || !t->seal_ctx || seal_keys(t)) {
+		ERR_clear_error();
+		return -1;
+	}
+	t->seal_seq = t->os_wseq;
+	/* A KeyUpdate that OpenSSL answered already is not owed again. */
+	t->ku_owed = false;
+	return 0;
+}
+
+/* Seal one record of inner type ct into t->wbuf (empty). */
+static int seal_record(struct glue_tls *t, uint8_t ct, const void *data,
+		       size_t len)
+{
+	size_t clen = len + 1 + REC_TAG;
+	uint8_t *h = t->wbuf, nonce[REC_IV];
+	int out = 0, fin = 0;
+
+	if (len > GLUE_TLS_RECORD)
+		return -EINVAL;
+	/* RFC 8446 5.1, 5.2: opaque_type application_data, legacy
+	 * version 0x0303, the length of what follows. */
+	h[0] = REC_CT_APPDATA;
+	h[1] = 3;
+	h[2] = 3;
+	h[3] = (uint8_t)(clen >> 8);
+	h[4] = (uint8_t)clen;
+	/* RFC 8446 5.3: the 64-bit sequence number, left-padded, XORed
+	 * into the static IV. */
+	memcpy(nonce, t->seal_iv, REC_IV);
+	for (int i = 0; i < 8; i++)
+		nonce[REC_IV - 1 - i] ^= (uint8_t)(t->seal_seq >> (8 * i));
+	if (EVP_EncryptInit_ex(t->seal_ctx, NULL, NULL, NULL, nonce) != 1 ||
+	    EVP_EncryptUpdate(t->seal_ctx, NULL, &out, h, REC_HDR) != 1 ||
+	    (len && (EVP_EncryptUpdate(t->seal_ctx, h + REC_HDR, &out, data,
+				       (int)len) != 1 || (size_t)out != len)) ||
+	    EVP_EncryptUpdate(t->seal_ctx, h + REC_HDR + len, &out, &ct, 1) !=
+	    1 || out != 1 ||
+	    EVP_EncryptFinal_ex(t->seal_ctx, h + REC_HDR + len + 1, &fin) !=
+	    1 || fin != 0 ||
+	    EVP_CIPHER_CTX_ctrl(t->seal_ctx, EVP_CTRL_AEAD_GET_TAG, REC_TAG,
+				h + REC_HDR + len + 1) != 1) {
+		ERR_clear_error();
+		t->fail = GLUE_TLS_F_PROTOCOL;
+		return -EPROTO;
+	}
+	t->seal_seq++;
+	t->wbuf_off = 0;
+	t->wbuf_len = REC_HDR + clen;
+	return 0;
+}
+
+/* Send what t->wbuf holds: 0 once it is all out, -EAGAIN, or -errno. */
+static int seal_flush(struct glue_tls *t)
+{
+	while (t->wbuf_off < t->wbuf_len) {
+		ssize_t n = send(t->fd, t->wbuf + t->wbuf_off,
+				 t->wbuf_len - t->wbuf_off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			t->events = POLLOUT;
+			return -EAGAIN;
+		}
+		if (n < 0) {
+			int err = errno;
+
+			if (t->fail == GLUE_TLS_OK)
+				t->fail = GLUE_TLS_F_TRUNCATED;
+			return err == EPIPE ? -ECONNRESET : -err;
+		}
+		t->wbuf_off += (size_t)n;
+	}
+	return 0;
+}
+
+/* RFC 8446 4.6.3: KeyUpdate, update_not_requested, sealed with the
+ * current key; then the next traffic secret and its keys (7.2). */
+static int seal_key_update(struct glue_tls *t)
+{
+	static const uint8_t ku[] = { SSL3_MT_KEY_UPDATE, 0, 0, 1,
+				      SSL_KEY_UPDATE_NOT_REQUESTED };
+	uint8_t next[EVP_MAX_MD_SIZE];
+	int r = seal_record(t, REC_CT_HANDSHAKE, ku, sizeof(ku));
+
+	if (r)
+		return r;
+	if (expand_label(t->seal_md, t->tx_secret, t->tx_secret_len,
+			 "traffic upd", next, t->tx_secret_len))
+		goto err;
+	memcpy(t->tx_secret, next, t->tx_secret_len);
+	OPENSSL_cleanse(next, sizeof(next));
+	if (seal_keys(t))
+		goto err;
+	t->seal_seq = 0;
+	t->ku_owed = false;
+	t->since_update = 0;
+	t->updates_sent++;
+	return 0;
+err:
+	ERR_clear_error();
+	t->fail = GLUE_TLS_F_PROTOCOL;
+	return -EPROTO;
+}
+
+/*
+ * glue_tls_tx when wisp seals (lock held), with the same contract: a
+ * record that met a full socket is not taken, and the next call passes
+ * its octets again; they are skipped then (the record is sealed, its
+ * sequence number spent) while the rest of it goes out.
+ */
+static long seal_tx(struct glue_tls *t, const struct iovec *iov, int n)
+{
+	struct tx_cur cur = { .iov = iov, .n = n };
+	uint64_t limit = t->ctx->cfg.key_update_bytes;
+	long taken = 0;
+	int r;
+
+	if (t->wbuf_off < t->wbuf_len) {
+		size_t len = 0;
+
+		/* The caller's octets of a record half sent: skip them. */
+		if (t->pend && !cur_take(t, &cur, t->pend, &len))
+			return -EINVAL;
+		r = seal_flush(t);
+		if (r)
+			return r;
+		taken = (long)t->pend;
+		t->pend = 0;
+	}
+	for (int rec = 0; rec < GLUE_TLS_TX_RECORDS; rec++) {
+		size_t len = 0;
+		const void *p;
+
+		/* RFC 8446 4.6.3: after key_update_bytes (the peer rotates
+		 * its own keys by its own count), or when the peer asked;
+		 * ahead of the next record. */
+		if (t->ku_owed || (limit && t->since_update >= limit)) {
+			r = seal_key_update(t);
+			if (!r)
+				r = seal_flush(t);
+			if (r)
+				return taken ? taken : r;
+		}
+		p = cur_take(t, &cur, 0, &len);
+		if (!p)
+			break;
+		r = seal_record(t, REC_CT_APPDATA, p, len);
+		if (r)
+			return taken ? taken : r;
+		t->since_update += len;
+		r = seal_flush(t);
+		if (r == -EAGAIN) {
+			t->pend = len;
+			return taken ? taken : r;
+		}
+		if (r)
+			return taken ? taken : r;
+		taken += (long)len;
+	}
+	return taken;
+}
+
 long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n)
 {
 	struct tx_cur cur = { .iov = iov, .n = n };
@@ -922,6 +1291,15 @@ long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n)
 	long taken = 0, ret;
 
 	pthread_mutex_lock(&t->lock);
+	if (!t->seal && !t->seal_tried) {
+		t->seal_tried = true;
+		t->seal = !seal_setup(t);
+	}
+	if (t->seal) {
+		ret = seal_tx(t, iov, n);
+		pthread_mutex_unlock(&t->lock);
+		return ret;
+	}
 	for (int rec = 0; rec < GLUE_TLS_TX_RECORDS; rec++) {
 		size_t len = 0, w = 0;
 		const void *p = cur_take(t, &cur, t->pend, &len);
@@ -970,20 +1348,35 @@ out:
 	return ret;
 }
 
+bool glue_tls_sealing(const struct glue_tls *t)
+{
+	return t->seal;
+}
+
 bool glue_tls_tx_pending(const struct glue_tls *t)
 {
-	return t->pend > 0;
+	return t->pend > 0 || t->wbuf_off < t->wbuf_len;
 }
 
 void glue_tls_close_notify(struct glue_tls *t)
 {
+	/* RFC 8446 6.1: close_notify, level warning. */
+	static const uint8_t alert[] = { 1, 0 };
+
 	if (t->closed || t->pend)
 		return;
 	t->closed = true;
 	pthread_mutex_lock(&t->lock);
-	ERR_clear_error();
-	SSL_shutdown(t->ssl);
-	ERR_clear_error();
+	if (t->seal) {
+		/* Best effort, after a record still half sent. */
+		if (!seal_flush(t) &&
+		    !seal_record(t, REC_CT_ALERT, alert, sizeof(alert)))
+			seal_flush(t);
+	} else {
+		ERR_clear_error();
+		SSL_shutdown(t->ssl);
+		ERR_clear_error();
+	}
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -173,6 +173,11 @@ long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n);
 /* True if a record made by glue_tls_tx waits to be sent. */
 bool glue_tls_tx_pending(const struct glue_tls *t);
 
+/* True once wisp seals the records this session sends itself (from the
+ * first glue_tls_tx on, AES-GCM; docs/tls.md "Sealing"); false while
+ * OpenSSL does. For tests and logs; call from the sending side. */
+bool glue_tls_sealing(const struct glue_tls *t);
+
 /* Send close_notify (best effort, non-blocking). */
 void glue_tls_close_notify(struct glue_tls *t);
 
