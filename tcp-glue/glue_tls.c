@@ -108,6 +108,25 @@ struct glue_tls {
 	uint64_t seal_seq;
 	size_t wbuf_off, wbuf_len; /* sealed octets not sent yet */
 	uint8_t wbuf[REC_HDR + GLUE_TLS_RECORD + 1 + REC_TAG];
+
+	/* Opening (docs/tls.md "Sealing"): from the first glue_tls_readv
+	 * that finds OpenSSL holding nothing, wisp opens the records it
+	 * receives itself. Under lock (and the caller's receive side). */
+	bool open;
+	bool open_tried;
+	bool os_rkeyupd;          /* OpenSSL took a KeyUpdate itself */
+	bool rx_eof;              /* close_notify received */
+	int rx_err;               /* the stream failed: this, for ever */
+	uint64_t os_rseq;         /* records OpenSSL read after the
+				   * handshake */
+	uint8_t rx_secret[EVP_MAX_MD_SIZE];
+	size_t rx_secret_len;
+	EVP_CIPHER_CTX *open_ctx;
+	uint8_t open_iv[REC_IV];
+	uint64_t open_seq;
+	uint8_t *rbuf;            /* GLUE_TLS_READ_BUF: records received */
+	size_t rb_head, rb_tail;  /* not opened yet: [head, tail) */
+	size_t pt_off, pt_end;    /* plaintext not read yet, in rbuf */
 };
 
 static const char *const fail_names[] = {
@@ -338,27 +357,35 @@ static struct glue_tls *tls_of_ssl(const SSL *ssl)
  * secret_0), for sealing (seal_setup). */
 static void keylog_cb(const SSL *ssl, const char *line)
 {
+	static const char srv[] = "SERVER_TRAFFIC_SECRET_0 ",
+			  cli[] = "CLIENT_TRAFFIC_SECRET_0 ";
 	struct glue_tls *t = tls_of_ssl(ssl);
-	const char *want, *p;
-	size_t n = 0;
+	uint8_t *secret;
+	size_t *slen, n = 0;
+	const char *p;
 
 	if (!t)
 		return;
-	want = t->ctx->server ? "SERVER_TRAFFIC_SECRET_0 " :
-				"CLIENT_TRAFFIC_SECRET_0 ";
-	if (strncmp(line, want, strlen(want)))
+	if (!strncmp(line, srv, sizeof(srv) - 1)) {
+		secret = t->ctx->server ? t->tx_secret : t->rx_secret;
+		slen = t->ctx->server ? &t->tx_secret_len : &t->rx_secret_len;
+	} else if (!strncmp(line, cli, sizeof(cli) - 1)) {
+		secret = t->ctx->server ? t->rx_secret : t->tx_secret;
+		slen = t->ctx->server ? &t->rx_secret_len : &t->tx_secret_len;
+	} else {
 		return;
-	p = strchr(line + strlen(want), ' ');   /* past the client random */
+	}
+	p = strchr(line + sizeof(srv) - 1, ' ');  /* past the client random */
 	if (!p)
 		return;
-	for (p++; p[0] && p[1] && n < sizeof(t->tx_secret); p += 2) {
+	for (p++; p[0] && p[1] && n < EVP_MAX_MD_SIZE; p += 2) {
 		int hi = hexval(p[0]), lo = hexval(p[1]);
 
 		if (hi < 0 || lo < 0)
 			break;
-		t->tx_secret[n++] = (uint8_t)(hi << 4 | lo);
+		secret[n++] = (uint8_t)(hi << 4 | lo);
 	}
-	t->tx_secret_len = *p ? 0 : n;        /* all of it, or nothing */
+	*slen = *p ? 0 : n;                   /* all of it, or nothing */
 }
 
 /* Records as OpenSSL sends and receives them: how many it sent with
@@ -375,15 +402,21 @@ static void msg_cb(int write_p, int version, int content_type,
 	(void)arg;
 	if (!t)
 		return;
-	if (write_p && content_type == SSL3_RT_HEADER &&
-	    SSL_is_init_finished(ssl))
-		t->os_wseq++;
+	if (content_type == SSL3_RT_HEADER && SSL_is_init_finished(ssl)) {
+		if (write_p)
+			t->os_wseq++;
+		else
+			t->os_rseq++;
+	}
 	if (content_type != SSL3_RT_HANDSHAKE || len < 5 ||
 	    b[0] != SSL3_MT_KEY_UPDATE)
 		return;
-	if (write_p)
+	if (write_p) {
 		t->os_rekeyed = true;
-	else if (b[4] == SSL_KEY_UPDATE_REQUESTED)
+		return;
+	}
+	t->os_rkeyupd = true;
+	if (b[4] == SSL_KEY_UPDATE_REQUESTED)
 		t->ku_owed = true;
 }
 
@@ -678,7 +711,14 @@ void glue_tls_free(struct glue_tls *t)
 		return;
 	SSL_free(t->ssl);
 	EVP_CIPHER_CTX_free(t->seal_ctx);
+	EVP_CIPHER_CTX_free(t->open_ctx);
 	EVP_CIPHER_free(t->seal_cipher);
+	if (t->rbuf) {
+		OPENSSL_cleanse(t->rbuf, GLUE_TLS_READ_BUF);
+		free(t->rbuf);
+	}
+	OPENSSL_cleanse(t->rx_secret, sizeof(t->rx_secret));
+	OPENSSL_cleanse(t->open_iv, sizeof(t->open_iv));
 	pthread_mutex_destroy(&t->lock);
 	OPENSSL_cleanse(t->stage, sizeof(t->stage));
 	OPENSSL_cleanse(t->tx_secret, sizeof(t->tx_secret));
@@ -885,6 +925,9 @@ static void err_fresh(void)
 		ERR_clear_error();
 }
 
+static int open_setup(struct glue_tls *t);
+static long open_read(struct glue_tls *t, void *buf, size_t len);
+
 long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 {
 	size_t n = 0;
@@ -895,6 +938,14 @@ long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&t->lock);
+	if (t->open) {
+		ret = open_read(t, buf, len);
+		atomic_store_explicit(&t->rx_buffered, t->pt_off < t->pt_end ||
+				      t->rb_head < t->rb_tail,
+				      memory_order_release);
+		pthread_mutex_unlock(&t->lock);
+		return ret;
+	}
 	err_fresh();
 	r = SSL_read_ex(t->ssl, buf, len, &n);
 	ret = r == 1 ? (long)n : ssl_fail(t, r, false);
@@ -923,6 +974,17 @@ bool glue_tls_rx_idle(struct glue_tls *t)
 long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)
 {
 	long total = 0;
+
+	/* The engine's (or a polling thread's) stream: wisp opens its
+	 * records once OpenSSL holds none ("Opening" below). */
+	if (!t->open_tried) {
+		pthread_mutex_lock(&t->lock);
+		if (!t->open && !SSL_has_pending(t->ssl)) {
+			t->open_tried = true;
+			t->open = !open_setup(t);
+		}
+		pthread_mutex_unlock(&t->lock);
+	}
 
 	for (int i = 0; i < n; i++) {
 		size_t off = 0;
@@ -1078,29 +1140,61 @@ static int expand_label(const EVP_MD *md, const uint8_t *secret,
 	return 0;
 }
 
-/* Keys of the current tx_secret (RFC 8446 7.3). */
-static int seal_keys(struct glue_tls *t)
+/* The key and IV of a traffic secret (RFC 8446 7.3) into x and iv;
+ * enc: for sealing, else for opening. */
+static int aead_keys(struct glue_tls *t, EVP_CIPHER_CTX *x,
+		     const uint8_t *secret, size_t slen, uint8_t *iv,
+		     bool enc)
 {
 	uint8_t key[32];
 	int klen = EVP_CIPHER_get_key_length(t->seal_cipher), r;
 
 	if (klen <= 0 || (size_t)klen > sizeof(key) ||
-	    expand_label(t->seal_md, t->tx_secret, t->tx_secret_len, "key",
-			 key, (size_t)klen) ||
-	    expand_label(t->seal_md, t->tx_secret, t->tx_secret_len, "iv",
-			 t->seal_iv, REC_IV))
+	    expand_label(t->seal_md, secret, slen, "key", key,
+			 (size_t)klen) ||
+	    expand_label(t->seal_md, secret, slen, "iv", iv, REC_IV))
 		return -1;
-	r = EVP_EncryptInit_ex(t->seal_ctx, t->seal_cipher, NULL, key, NULL);
+	r = EVP_CipherInit_ex(x, t->seal_cipher, NULL, key, NULL, enc);
 	OPENSSL_cleanse(key, sizeof(key));
 	return r == 1 ? 0 : -1;
 }
 
-/* Take the sending side over from OpenSSL: 0, or -1 to leave it there. */
-static int seal_setup(struct glue_tls *t)
+static int seal_keys(struct glue_tls *t)
+{
+	return aead_keys(t, t->seal_ctx, t->tx_secret, t->tx_secret_len,
+			 t->seal_iv, true);
+}
+
+/* The next traffic secret (RFC 8446 7.2), in place. */
+static int next_secret(struct glue_tls *t, uint8_t *secret, size_t slen)
+{
+	uint8_t next[EVP_MAX_MD_SIZE];
+
+	if (expand_label(t->seal_md, secret, slen, "traffic upd", next, slen))
+		return -1;
+	memcpy(secret, next, slen);
+	OPENSSL_cleanse(next, sizeof(next));
+	return 0;
+}
+
+/* The nonce of record seq (RFC 8446 5.3): the 64-bit sequence number,
+ * left-padded, XORed into the static IV. */
+static void rec_nonce(uint8_t *nonce, const uint8_t *iv, uint64_t seq)
+{
+	memcpy(nonce, iv, REC_IV);
+	for (int i = 0; i < 8; i++)
+		nonce[REC_IV - 1 - i] ^= (uint8_t)(seq >> (8 * i));
+}
+
+/* The session's AEAD, once (t->seal_cipher, t->seal_md): 0, or -1 if
+ * wisp does not seal or open with it. */
+static int aead_pick(struct glue_tls *t)
 {
 	const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
 	const char *name;
 
+	if (t->seal_cipher)
+		return 0;
 	switch (c ? SSL_CIPHER_get_id(c) : 0) {
 	case TLS1_3_CK_AES_128_GCM_SHA256:
 		name = "AES-128-GCM";
@@ -1113,13 +1207,23 @@ static int seal_setup(struct glue_tls *t)
 	default:
 		return -1;
 	}
+	t->seal_cipher = EVP_CIPHER_fetch(NULL, name, NULL);
+	if (!t->seal_cipher) {
+		ERR_clear_error();
+		return -1;
+	}
+	return 0;
+}
+
+/* Take the sending side over from OpenSSL: 0, or -1 to leave it there. */
+static int seal_setup(struct glue_tls *t)
+{
 	if (!SSL_is_init_finished(t->ssl) || t->os_rekeyed || t->os_wpend ||
-	    t->closed || t->pend ||
+	    t->closed || t->pend || aead_pick(t) ||
 	    t->tx_secret_len != (size_t)EVP_MD_get_size(t->seal_md))
 		return -1;
-	t->seal_cipher = EVP_CIPHER_fetch(NULL, name, NULL);
 	t->seal_ctx = EVP_CIPHER_CTX_new();
-	if (!t->seal_cipher || !t->seal_ctx || seal_keys(t)) {
+	if (!t->seal_ctx || seal_keys(t)) {
 		ERR_clear_error();
 		return -1;
 	}
@@ -1146,11 +1250,7 @@ static int seal_record(struct glue_tls *t, uint8_t ct, const void *data,
 	h[2] = 3;
 	h[3] = (uint8_t)(clen >> 8);
 	h[4] = (uint8_t)clen;
-	/* RFC 8446 5.3: the 64-bit sequence number, left-padded, XORed
-	 * into the static IV. */
-	memcpy(nonce, t->seal_iv, REC_IV);
-	for (int i = 0; i < 8; i++)
-		nonce[REC_IV - 1 - i] ^= (uint8_t)(t->seal_seq >> (8 * i));
+	rec_nonce(nonce, t->seal_iv, t->seal_seq);
 	if (EVP_EncryptInit_ex(t->seal_ctx, NULL, NULL, NULL, nonce) != 1 ||
 	    EVP_EncryptUpdate(t->seal_ctx, NULL, &out, h, REC_HDR) != 1 ||
 	    (len && (EVP_EncryptUpdate(t->seal_ctx, h + REC_HDR, &out, data,
@@ -1203,17 +1303,11 @@ static int seal_key_update(struct glue_tls *t)
 {
 	static const uint8_t ku[] = { SSL3_MT_KEY_UPDATE, 0, 0, 1,
 				      SSL_KEY_UPDATE_NOT_REQUESTED };
-	uint8_t next[EVP_MAX_MD_SIZE];
 	int r = seal_record(t, REC_CT_HANDSHAKE, ku, sizeof(ku));
 
 	if (r)
 		return r;
-	if (expand_label(t->seal_md, t->tx_secret, t->tx_secret_len,
-			 "traffic upd", next, t->tx_secret_len))
-		goto err;
-	memcpy(t->tx_secret, next, t->tx_secret_len);
-	OPENSSL_cleanse(next, sizeof(next));
-	if (seal_keys(t))
+	if (next_secret(t, t->tx_secret, t->tx_secret_len) || seal_keys(t))
 		goto err;
 	t->seal_seq = 0;
 	t->ku_owed = false;
@@ -1239,6 +1333,9 @@ static long seal_tx(struct glue_tls *t, const struct iovec *iov, int n)
 	long taken = 0;
 	int r;
 
+	/* After close_notify, or the alert of a failed stream: nothing. */
+	if (t->closed)
+		return t->rx_err ? t->rx_err : -EPIPE;
 	if (t->wbuf_off < t->wbuf_len) {
 		size_t len = 0;
 
@@ -1282,6 +1379,218 @@ static long seal_tx(struct glue_tls *t, const struct iovec *iov, int n)
 		taken += (long)len;
 	}
 	return taken;
+}
+
+/* ------------------------------------------------------------------ */
+/* Opening                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The receiving side, taken over from OpenSSL the same way (docs/tls.md
+ * "Sealing"): at a glue_tls_readv that finds OpenSSL holding nothing (no
+ * record, not even part of one), with the peer's traffic secret
+ * (keylog_cb) and the number of records OpenSSL opened (msg_cb). Each
+ * record is checked as RFC 8446 5 asks: type application_data, version
+ * 0x0303, a length within 2^14 + 256, the AEAD tag over the header
+ * before a plaintext octet is used, the inner content type. Application
+ * data is read out; close_notify ends the stream; any other alert, a
+ * record that does not authenticate or a stream that ends without
+ * close_notify fails it, for good; a KeyUpdate moves to the peer's next
+ * key (and, if it asks, ours follows it).
+ */
+
+/* The stream failed (lock held): why, for good; best effort, the alert
+ * the peer is owed (RFC 8446 6.2), when wisp seals. */
+static long open_fail(struct glue_tls *t, enum glue_tls_fail why, int err,
+		      uint8_t alert)
+{
+	const uint8_t msg[] = { 2, alert };     /* fatal */
+
+	if (t->fail == GLUE_TLS_OK)
+		t->fail = why;
+	t->rx_err = err;
+	if (alert && t->seal && !t->closed && t->wbuf_off >= t->wbuf_len &&
+	    !seal_record(t, REC_CT_ALERT, msg, sizeof(msg))) {
+		t->closed = true;
+		seal_flush(t);
+	}
+	return err;
+}
+
+static int open_setup(struct glue_tls *t)
+{
+	if (!SSL_is_init_finished(t->ssl) || t->os_rkeyupd ||
+	    SSL_has_pending(t->ssl) || t->fail != GLUE_TLS_OK ||
+	    aead_pick(t) ||
+	    t->rx_secret_len != (size_t)EVP_MD_get_size(t->seal_md))
+		return -1;
+	t->rbuf = malloc(GLUE_TLS_READ_BUF);
+	t->open_ctx = EVP_CIPHER_CTX_new();
+	if (!t->rbuf || !t->open_ctx ||
+	    aead_keys(t, t->open_ctx, t->rx_secret, t->rx_secret_len,
+		      t->open_iv, false)) {
+		ERR_clear_error();
+		free(t->rbuf);
+		t->rbuf = NULL;
+		return -1;
+	}
+	t->open_seq = t->os_rseq;
+	return 0;
+}
+
+/* A handshake message after the handshake (RFC 8446 4.6): KeyUpdate
+ * only, alone in its record (5.1: it must end a record). */
+static long open_handshake(struct glue_tls *t, const uint8_t *m, size_t len)
+{
+	if (len != 5 || m[0] != SSL3_MT_KEY_UPDATE || m[1] || m[2] ||
+	    m[3] != 1 || m[4] > SSL_KEY_UPDATE_REQUESTED)
+		return open_fail(t, GLUE_TLS_F_BAD_RECORD, -EBADMSG,
+				 SSL_AD_UNEXPECTED_MESSAGE);
+	if (next_secret(t, t->rx_secret, t->rx_secret_len) ||
+	    aead_keys(t, t->open_ctx, t->rx_secret, t->rx_secret_len,
+		      t->open_iv, false)) {
+		ERR_clear_error();
+		return open_fail(t, GLUE_TLS_F_PROTOCOL, -EPROTO,
+				 SSL_AD_INTERNAL_ERROR);
+	}
+	t->open_seq = 0;
+	/* 4.6.3: update_requested asks for ours before our next record. */
+	if (m[4] == SSL_KEY_UPDATE_REQUESTED) {
+		if (t->seal)
+			t->ku_owed = true;
+		else
+			SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED);
+	}
+	return 0;
+}
+
+/* Open the record at rb_head, whole in rbuf (rlen octets after its
+ * header): 0 with its plaintext at pt_off..pt_end, or a failure. */
+static long open_record(struct glue_tls *t, size_t rlen)
+{
+	uint8_t *h = t->rbuf + t->rb_head, *p = h + REC_HDR, nonce[REC_IV];
+	size_t clen = rlen - REC_TAG, n;
+	int out = 0;
+
+	rec_nonce(nonce, t->open_iv, t->open_seq);
+	if (EVP_DecryptInit_ex(t->open_ctx, NULL, NULL, NULL, nonce) != 1 ||
+	    EVP_CIPHER_CTX_ctrl(t->open_ctx, EVP_CTRL_AEAD_SET_TAG, REC_TAG,
+				p + clen) != 1 ||
+	    EVP_DecryptUpdate(t->open_ctx, NULL, &out, h, REC_HDR) != 1 ||
+	    EVP_DecryptUpdate(t->open_ctx, p, &out, p, (int)clen) != 1 ||
+	    (size_t)out != clen ||
+	    EVP_DecryptFinal_ex(t->open_ctx, p + clen, &out) != 1) {
+		/* 5.2: bad_record_mac; nothing of it is read out. */
+		ERR_clear_error();
+		OPENSSL_cleanse(p, clen);
+		return open_fail(t, GLUE_TLS_F_BAD_RECORD, -EBADMSG,
+				 SSL_AD_BAD_RECORD_MAC);
+	}
+	t->open_seq++;
+	t->rb_head += REC_HDR + rlen;
+	/* 5.4: the inner content type is the last non-zero octet. */
+	for (n = clen; n && !p[n - 1]; n--)
+		;
+	if (!n)
+		return open_fail(t, GLUE_TLS_F_BAD_RECORD, -EBADMSG,
+				 SSL_AD_UNEXPECTED_MESSAGE);
+	n--;
+	switch (p[n]) {
+	case REC_CT_APPDATA:
+		t->pt_off = (size_t)(p - t->rbuf);
+		t->pt_end = t->pt_off + n;
+		return 0;
+	case REC_CT_ALERT:
+		/* 6: close_notify ends the stream; user_canceled is a
+		 * warning; every other alert is fatal. */
+		if (n != 2)
+			return open_fail(t, GLUE_TLS_F_BAD_RECORD, -EBADMSG,
+					 SSL_AD_DECODE_ERROR);
+		if (p[1] == SSL_AD_CLOSE_NOTIFY) {
+			t->rx_eof = true;
+			return 0;
+		}
+		if (p[1] == SSL_AD_USER_CANCELLED)
+			return 0;
+		return open_fail(t, GLUE_TLS_F_ALERT, -EBADMSG, 0);
+	case REC_CT_HANDSHAKE:
+		return open_handshake(t, p, n);
+	default:
+		return open_fail(t, GLUE_TLS_F_BAD_RECORD, -EBADMSG,
+				 SSL_AD_UNEXPECTED_MESSAGE);
+	}
+}
+
+/* glue_tls_read when wisp opens (lock held): as SSL_read, one record's
+ * plaintext at most. */
+static long open_read(struct glue_tls *t, void *buf, size_t len)
+{
+	for (;;) {
+		size_t have = t->rb_tail - t->rb_head, rlen;
+		ssize_t n;
+		long r;
+
+		if (t->pt_off < t->pt_end) {
+			n = (ssize_t)(t->pt_end - t->pt_off);
+			if ((size_t)n > len)
+				n = (ssize_t)len;
+			memcpy(buf, t->rbuf + t->pt_off, (size_t)n);
+			t->pt_off += (size_t)n;
+			return (long)n;
+		}
+		if (t->rx_err)
+			return t->rx_err;
+		if (t->rx_eof)
+			return 0;
+		if (have >= REC_HDR) {
+			const uint8_t *h = t->rbuf + t->rb_head;
+
+			rlen = (size_t)h[3] << 8 | h[4];
+			/* 5.1, 5.2: after the handshake every record is
+			 * application_data, 0x0303, at most 2^14 + 256. */
+			if (h[0] != REC_CT_APPDATA || h[1] != 3 || h[2] != 3)
+				return open_fail(t, GLUE_TLS_F_BAD_RECORD,
+						 -EBADMSG,
+						 SSL_AD_UNEXPECTED_MESSAGE);
+			if (rlen > GLUE_TLS_RECORD + 256 || rlen < REC_TAG + 1)
+				return open_fail(t, GLUE_TLS_F_BAD_RECORD,
+						 -EBADMSG,
+						 SSL_AD_RECORD_OVERFLOW);
+			if (have >= REC_HDR + rlen) {
+				r = open_record(t, rlen);
+				if (r)
+					return r;
+				continue;
+			}
+		}
+		/* More octets: room for a whole record after what is
+		 * left (moved to the front when there is not), then recv. */
+		if (t->rb_head == t->rb_tail) {
+			t->rb_head = t->rb_tail = 0;
+		} else if (GLUE_TLS_READ_BUF - t->rb_tail <
+			   REC_HDR + GLUE_TLS_RECORD + 256) {
+			memmove(t->rbuf, t->rbuf + t->rb_head, have);
+			t->rb_head = 0;
+			t->rb_tail = have;
+		}
+		do
+			n = recv(t->fd, t->rbuf + t->rb_tail,
+				 GLUE_TLS_READ_BUF - t->rb_tail, MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n > 0) {
+			t->rb_tail += (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			t->events = POLLIN;
+			return -EAGAIN;
+		}
+		/* 6.1: the end of the stream without close_notify (or a
+		 * reset) is a truncation. */
+		return open_fail(t, GLUE_TLS_F_TRUNCATED,
+				 n < 0 && errno != EPIPE ? -errno :
+				 -ECONNRESET, 0);
+	}
 }
 
 long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n)
@@ -1351,6 +1660,11 @@ out:
 bool glue_tls_sealing(const struct glue_tls *t)
 {
 	return t->seal;
+}
+
+bool glue_tls_opening(const struct glue_tls *t)
+{
+	return t->open;
 }
 
 bool glue_tls_tx_pending(const struct glue_tls *t)

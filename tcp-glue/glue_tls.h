@@ -178,6 +178,11 @@ bool glue_tls_tx_pending(const struct glue_tls *t);
  * OpenSSL does. For tests and logs; call from the sending side. */
 bool glue_tls_sealing(const struct glue_tls *t);
 
+/* True once wisp opens the records this session receives itself (from
+ * the first glue_tls_readv that finds OpenSSL holding none, AES-GCM);
+ * false while OpenSSL does. For tests; call from the receiving side. */
+bool glue_tls_opening(const struct glue_tls *t);
+
 /* Send close_notify (best effort, non-blocking). */
 void glue_tls_close_notify(struct glue_tls *t);
 

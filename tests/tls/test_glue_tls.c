@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tcp-glue's TLS stage alone (tcp-glue/glue_tls.h) over socket pairs:
- * KeyUpdate counted and the data intact across many updates; a record
- * altered on the way fails with -EBADMSG and leaves the destination
- * untouched; ALPN other than "iwarp" fails on either side; the fd
+ * KeyUpdate counted and the data intact across many updates (records
+ * sealed by wisp, opened by OpenSSL); records sealed by OpenSSL opened
+ * by wisp; a record altered on the way fails with -EBADMSG and leaves
+ * the destination untouched, whoever opens it; truncation; ALPN other than "iwarp" fails on either side; the fd
  * registry's stale-entry rule.
  */
 #include <errno.h>
@@ -192,6 +193,161 @@ Test(glue_tls, tampered_record_is_not_delivered, .init = setup)
 		cr_assert_eq(dst[i], 0xee, "octet %zu written", i);
 	glue_tls_free(c);
 	glue_tls_free(s);
+}
+
+/* Through glue_tls_readv (the engine's read), wisp opens the records
+ * itself: what OpenSSL sealed (glue_tls_write) arrives intact, in
+ * pieces of odd sizes, followed by close_notify. */
+struct wr {
+	struct glue_tls *t;
+	int fd;
+	size_t total;
+	const uint8_t *buf;
+	long err;
+};
+
+static void *writer(void *arg)
+{
+	struct wr *w = arg;
+	size_t off = 0;
+
+	while (off < w->total) {
+		size_t len = w->total - off < 3001 ? w->total - off : 3001;
+		long n = glue_tls_write(w->t, w->buf + off, len);
+
+		if (n == -EAGAIN) {
+			struct pollfd p = { .fd = w->fd, .events = POLLOUT };
+
+			poll(&p, 1, 1000);
+			continue;
+		}
+		if (n <= 0) {
+			w->err = n;
+			return NULL;
+		}
+		off += (size_t)n;
+	}
+	glue_tls_close_notify(w->t);
+	return NULL;
+}
+
+/* glue_tls_readv until it returns 0 or fails: the octets read, the
+ * last result in *end. */
+static size_t readv_all(struct glue_tls *s, int fd, uint8_t *dst,
+			size_t cap, long *end)
+{
+	size_t got = 0;
+
+	for (;;) {
+		size_t a = cap - got < 17 ? cap - got : 17;
+		struct iovec iov[2] = {
+			{ dst + got, a }, { dst + got + a, cap - got - a },
+		};
+		long n = glue_tls_readv(s, iov, 2);
+
+		if (n == -EAGAIN) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+
+			poll(&p, 1, 1000);
+			continue;
+		}
+		if (n <= 0) {
+			*end = n;
+			return got;
+		}
+		got += (size_t)n;
+	}
+}
+
+Test(glue_tls, opens_what_openssl_seals, .init = setup, .timeout = 60)
+{
+	const size_t total = 4 << 20;
+	uint8_t *src = malloc(total), *dst = calloc(1, total + 1);
+	struct glue_tls *c, *s;
+	struct wr w;
+	pthread_t th;
+	long end = 1;
+	size_t got;
+	int sv[2];
+
+	cr_assert(src && dst);
+	for (size_t i = 0; i < total; i++)
+		src[i] = (uint8_t)(i * 7 + i / 1021);
+	psk_pair(0, sv, &c, &s);
+	w = (struct wr){ .t = c, .fd = sv[0], .total = total, .buf = src };
+	cr_assert_eq(pthread_create(&th, NULL, writer, &w), 0);
+	got = readv_all(s, sv[1], dst, total + 1, &end);
+	pthread_join(th, NULL);
+	cr_assert_eq(w.err, 0);
+	cr_assert(glue_tls_opening(s), "records opened by wisp");
+	cr_assert(!glue_tls_sealing(c), "the writer is OpenSSL's");
+	cr_assert_eq(got, total);
+	cr_assert_eq(memcmp(src, dst, total), 0, "data intact");
+	cr_assert_eq(end, 0, "close_notify: %ld", end);
+	glue_tls_free(c);
+	glue_tls_free(s);
+	close(sv[0]);
+	close(sv[1]);
+	free(src);
+	free(dst);
+}
+
+/* wisp's opening: an altered record fails with -EBADMSG and nothing of
+ * it reaches the destination; a stream that ends without close_notify
+ * is a truncation. */
+Test(glue_tls, opened_record_tampered_or_truncated, .init = setup)
+{
+	static const char msg[] = "sixty-four octets of payload that must "
+				  "not arrive altered.......";
+	struct glue_tls *c, *s;
+	uint8_t rec[256], dst[64];
+	struct iovec iov = { dst, sizeof(dst) };
+	int sv[2], raw[2];
+	ssize_t n;
+	long r;
+
+	/* Tampered: as tampered_record_is_not_delivered, read by wisp. */
+	psk_pair(0, sv, &c, &s);
+	cr_assert_eq(glue_tls_write(c, msg, 64), 64);
+	n = recv(sv[1], rec, sizeof(rec), 0);
+	cr_assert_gt(n, 64, "one record: header, 64 + 1 octets, tag");
+	rec[20] ^= 0x01;
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, raw), 0);
+	cr_assert_eq(write(raw[0], rec, (size_t)n), n);
+	cr_assert_eq(dup2(raw[1], sv[1]), sv[1]);
+	memset(dst, 0xee, sizeof(dst));
+	r = glue_tls_readv(s, &iov, 1);
+	cr_assert(glue_tls_opening(s));
+	cr_assert_eq(r, -EBADMSG, "got %ld", r);
+	cr_assert_eq(glue_tls_failure(s), GLUE_TLS_F_BAD_RECORD, "%s",
+		     glue_tls_fail_str(glue_tls_failure(s)));
+	for (size_t i = 0; i < sizeof(dst); i++)
+		cr_assert_eq(dst[i], 0xee, "octet %zu written", i);
+	cr_assert_eq(glue_tls_readv(s, &iov, 1), -EBADMSG, "for good");
+	glue_tls_free(c);
+	glue_tls_free(s);
+	close(sv[0]);
+	close(sv[1]);
+	close(raw[0]);
+	close(raw[1]);
+
+	/* Truncated: the record arrives, then the end without
+	 * close_notify. */
+	psk_pair(0, sv, &c, &s);
+	cr_assert_eq(glue_tls_write(c, msg, 64), 64);
+	cr_assert_eq(shutdown(sv[0], SHUT_WR), 0);
+	r = glue_tls_readv(s, &iov, 1);
+	cr_assert(glue_tls_opening(s));
+	cr_assert_eq(r, 64, "got %ld", r);
+	cr_assert_eq(memcmp(dst, msg, 64), 0);
+	r = glue_tls_readv(s, &iov, 1);
+	cr_assert_eq(r, -ECONNRESET, "got %ld", r);
+	cr_assert_eq(glue_tls_failure(s), GLUE_TLS_F_TRUNCATED, "%s",
+		     glue_tls_fail_str(glue_tls_failure(s)));
+	glue_tls_free(c);
+	glue_tls_free(s);
+	close(sv[0]);
+	close(sv[1]);
 }
 
 /* A plain OpenSSL peer whose ALPN is not "iwarp". */
