@@ -1526,9 +1526,8 @@ static long open_record(struct glue_tls *t, size_t rlen)
 static long open_read(struct glue_tls *t, void *buf, size_t len)
 {
 	for (;;) {
-		size_t have = t->rb_tail - t->rb_head, rlen;
+		size_t have = t->rb_tail - t->rb_head;
 		ssize_t n;
-		long r;
 
 		if (t->pt_off < t->pt_end) {
 			n = (ssize_t)(t->pt_end - t->pt_off);
@@ -1544,8 +1543,8 @@ static long open_read(struct glue_tls *t, void *buf, size_t len)
 			return 0;
 		if (have >= REC_HDR) {
 			const uint8_t *h = t->rbuf + t->rb_head;
+			size_t rlen = (size_t)h[3] << 8 | h[4];
 
-			rlen = (size_t)h[3] << 8 | h[4];
 			/* 5.1, 5.2: after the handshake every record is
 			 * application_data, 0x0303, at most 2^14 + 256. */
 			if (h[0] != REC_CT_APPDATA || h[1] != 3 || h[2] != 3)
@@ -1557,7 +1556,7 @@ static long open_read(struct glue_tls *t, void *buf, size_t len)
 						 -EBADMSG,
 						 SSL_AD_RECORD_OVERFLOW);
 			if (have >= REC_HDR + rlen) {
-				r = open_record(t, rlen);
+				long r = open_record(t, rlen);
 				if (r)
 					return r;
 				continue;
