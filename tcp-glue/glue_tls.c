@@ -1488,6 +1488,11 @@ static long open_record(struct glue_tls *t, size_t rlen)
 	}
 	t->open_seq++;
 	t->rb_head += REC_HDR + rlen;
+	/* 5.4: TLSInnerPlaintext (content, type, padding) "MUST NOT
+	 * exceed 2^14 + 1 octets". */
+	if (clen > GLUE_TLS_RECORD + 1)
+		return open_fail(t, GLUE_TLS_F_BAD_RECORD, -EBADMSG,
+				 SSL_AD_RECORD_OVERFLOW);
 	/* 5.4: the inner content type is the last non-zero octet. */
 	for (n = clen; n && !p[n - 1]; n--)
 		;
