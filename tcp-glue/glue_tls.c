@@ -927,6 +927,7 @@ static void err_fresh(void)
 
 static int open_setup(struct glue_tls *t);
 static long open_read(struct glue_tls *t, void *buf, size_t len);
+static void os_buffers_drop(struct glue_tls *t);
 
 long glue_tls_read(struct glue_tls *t, void *buf, size_t len)
 {
@@ -982,6 +983,7 @@ long glue_tls_readv(struct glue_tls *t, const struct iovec *iov, int n)
 		if (!t->open && !SSL_has_pending(t->ssl)) {
 			t->open_tried = true;
 			t->open = !open_setup(t);
+			os_buffers_drop(t);
 		}
 		pthread_mutex_unlock(&t->lock);
 	}
@@ -1213,6 +1215,17 @@ static int aead_pick(struct glue_tls *t)
 		return -1;
 	}
 	return 0;
+}
+
+/* Both sides taken over (lock held): OpenSSL's record buffers (a 65 KiB
+ * read-ahead buffer among them) serve nothing any more; wisp's own take
+ * their place. OpenSSL before 3.0.14 could touch freed buffers after
+ * SSL_free_buffers (CVE-2024-4741): kept there. */
+static void os_buffers_drop(struct glue_tls *t)
+{
+	if (t->seal && t->open && OpenSSL_version_num() >= 0x300000e0L &&
+	    !SSL_free_buffers(t->ssl))
+		ERR_clear_error();
 }
 
 /* Take the sending side over from OpenSSL: 0, or -1 to leave it there. */
@@ -1607,6 +1620,7 @@ long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n)
 	if (!t->seal && !t->seal_tried) {
 		t->seal_tried = true;
 		t->seal = !seal_setup(t);
+		os_buffers_drop(t);
 	}
 	if (t->seal) {
 		ret = seal_tx(t, iov, n);
