@@ -2,23 +2,28 @@
 /*
  * glue_tls.c - TLS 1.3 under MPA with OpenSSL (glue_tls.h, docs/tls.md).
  *
+ * OpenSSL does the handshake and the records of the MPA exchange; once
+ * the engine carries the stream, wisp seals and opens the application
+ * data records itself with the traffic secrets OpenSSL derived ("Sealing"
+ * and "Opening" below, docs/tls.md "Sealing and opening").
+ *
  * Copies of each payload octet (docs/tls.md "Copies"):
- *  - receive: the kernel copies the record into OpenSSL's record buffer
- *    (as recv() into the MR does without TLS); OpenSSL decrypts it in
- *    place and checks the tag, and only then copies the plaintext into
- *    the iovecs the QP gave (rx_want: the MR, or the receive buffer). One
- *    user-space copy, and nothing that failed authentication is ever
- *    written into an MR.
- *    With read-ahead, one recv takes what the socket holds (several
- *    records) into that buffer rather than each record's header and
- *    body apart.
+ *  - receive: the kernel copies the record into the session's read
+ *    buffer (OpenSSL's, then wisp's; as recv() into the MR does without
+ *    TLS); it is decrypted in place and its tag checked, and only then is
+ *    the plaintext copied into the iovecs the QP gave (rx_want: the MR,
+ *    or the receive buffer). One user-space copy, and nothing that failed
+ *    authentication is ever written into an MR.
+ *    One recv takes what the socket holds (several records) into that
+ *    buffer rather than each record's header and body apart.
  *  - transmit: records of 16 KiB (bulk traffic in full records, not one
  *    small record per iovec). A record whose octets lie in one iovec
  *    (inside a large FPDU's payload: the user's buffer) is encrypted
  *    straight from there, no copy; one that straddles iovecs (an FPDU
  *    header and the start of its payload, small FPDUs) is gathered into
- *    a 16 KiB plaintext buffer first, the one user-space copy. OpenSSL
- *    encrypts into its write buffer, which send() hands to the kernel.
+ *    a 16 KiB plaintext buffer first, the one user-space copy. It is
+ *    encrypted into the session's write buffer, which send() hands to
+ *    the kernel.
  */
 #include "glue_tls.h"
 

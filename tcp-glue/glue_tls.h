@@ -13,7 +13,10 @@
  * OpenSSL moves records through a BIO of tcp-glue's own that calls
  * recv / send with MSG_DONTWAIT (and MSG_NOSIGNAL): no call on a session
  * ever blocks, whatever the socket's flags, so the engine thread never
- * waits in OpenSSL.
+ * waits in OpenSSL. From the first glue_tls_tx / glue_tls_readv on
+ * (AES-GCM), tcp-glue seals and opens the records itself with the keys
+ * OpenSSL negotiated (glue_tls_sealing, glue_tls_opening), with the same
+ * non-blocking calls.
  *
  * Functions return 0 (or a length) or a negative errno; -EAGAIN means
  * "wait for glue_tls_events() on the fd, then call again".
