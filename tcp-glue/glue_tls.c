@@ -93,10 +93,11 @@ struct glue_tls {
 	 * alone then. Written under lock, read without it. */
 	_Atomic bool rx_buffered;
 
-	/* Sealing (docs/tls.md "Sealing"): from the first glue_tls_tx on,
-	 * wisp makes the application data records it sends itself, with
-	 * the traffic secret OpenSSL derived (keylog_cb) and the sequence
-	 * number OpenSSL reached (msg_cb). All under lock. */
+	/* Sealing (docs/tls.md "Sealing and opening"): from the first
+	 * glue_tls_tx on, wisp makes the application data records it
+	 * sends itself, with the traffic secret OpenSSL derived
+	 * (keylog_cb) and the sequence number OpenSSL reached (msg_cb).
+	 * All under lock. */
 	bool seal;                /* wisp seals; OpenSSL writes nothing */
 	bool seal_tried;
 	bool os_rekeyed;          /* OpenSSL sent a KeyUpdate itself */
@@ -114,9 +115,10 @@ struct glue_tls {
 	size_t wbuf_off, wbuf_len; /* sealed octets not sent yet */
 	uint8_t wbuf[REC_HDR + GLUE_TLS_RECORD + 1 + REC_TAG];
 
-	/* Opening (docs/tls.md "Sealing"): from the first glue_tls_readv
-	 * that finds OpenSSL holding nothing, wisp opens the records it
-	 * receives itself. Under lock (and the caller's receive side). */
+	/* Opening (docs/tls.md "Sealing and opening"): from the first
+	 * glue_tls_readv that finds OpenSSL holding nothing, wisp opens
+	 * the records it receives itself. Under lock (and the caller's
+	 * receive side). */
 	bool open;
 	bool open_tried;
 	bool os_rkeyupd;          /* OpenSSL took a KeyUpdate itself */
@@ -357,9 +359,9 @@ static struct glue_tls *tls_of_ssl(const SSL *ssl)
 	return SSL_get_ex_data(ssl, ex_index);
 }
 
-/* OpenSSL's key log: the one line wisp keeps is this side's application
- * traffic secret (RFC 8446 7.1, client_/server_application_traffic_
- * secret_0), for sealing (seal_setup). */
+/* OpenSSL's key log: the lines wisp keeps are the two application
+ * traffic secrets (RFC 8446 7.1, client_/server_application_traffic_
+ * secret_0): this side's for sealing, the peer's for opening. */
 static void keylog_cb(const SSL *ssl, const char *line)
 {
 	static const char srv[] = "SERVER_TRAFFIC_SECRET_0 ",
@@ -1690,9 +1692,14 @@ bool glue_tls_opening(const struct glue_tls *t)
 	return t->open;
 }
 
-bool glue_tls_tx_pending(const struct glue_tls *t)
+bool glue_tls_tx_pending(struct glue_tls *t)
 {
-	return t->pend > 0 || t->wbuf_off < t->wbuf_len;
+	bool pending;
+
+	pthread_mutex_lock(&t->lock);
+	pending = t->pend > 0 || t->wbuf_off < t->wbuf_len;
+	pthread_mutex_unlock(&t->lock);
+	return pending;
 }
 
 void glue_tls_close_notify(struct glue_tls *t)
@@ -1700,10 +1707,12 @@ void glue_tls_close_notify(struct glue_tls *t)
 	/* RFC 8446 6.1: close_notify, level warning. */
 	static const uint8_t alert[] = { 1, 0 };
 
-	if (t->closed || t->pend)
-		return;
-	t->closed = true;
 	pthread_mutex_lock(&t->lock);
+	if (t->closed || t->pend) {
+		pthread_mutex_unlock(&t->lock);
+		return;
+	}
+	t->closed = true;
 	if (t->seal) {
 		/* Best effort, after a record still half sent. */
 		if (!seal_flush(t) &&

@@ -173,8 +173,9 @@ long glue_tls_write(struct glue_tls *t, const void *buf, size_t len);
  */
 long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n);
 
-/* True if a record made by glue_tls_tx waits to be sent. */
-bool glue_tls_tx_pending(const struct glue_tls *t);
+/* True if a record made by glue_tls_tx (or a KeyUpdate, an alert of
+ * wisp's) waits to be sent. */
+bool glue_tls_tx_pending(struct glue_tls *t);
 
 /* True once wisp seals the records this session sends itself (from the
  * first glue_tls_tx on, AES-GCM; docs/tls.md "Sealing"); false while

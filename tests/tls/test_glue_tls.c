@@ -4,8 +4,9 @@
  * KeyUpdate counted and the data intact across many updates (records
  * sealed by wisp, opened by OpenSSL); records sealed by OpenSSL opened
  * by wisp; a record altered on the way fails with -EBADMSG and leaves
- * the destination untouched, whoever opens it; truncation; ALPN other than "iwarp" fails on either side; the fd
- * registry's stale-entry rule.
+ * the destination untouched, whoever opens it; truncation; ALPN other
+ * than "iwarp" fails on either side; the fd registry's stale-entry
+ * rule.
  */
 #include <errno.h>
 #include <poll.h>
