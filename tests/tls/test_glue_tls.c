@@ -3,10 +3,11 @@
  * tcp-glue's TLS stage alone (tcp-glue/glue_tls.h) over socket pairs:
  * KeyUpdate counted and the data intact across many updates (records
  * sealed by wisp, opened by OpenSSL); records sealed by OpenSSL opened
- * by wisp; a record altered on the way fails with -EBADMSG and leaves
- * the destination untouched, whoever opens it; truncation; ALPN other
- * than "iwarp" fails on either side; the fd registry's stale-entry
- * rule.
+ * by wisp, a plain OpenSSL peer's KeyUpdates too (and the one that asks
+ * for it answered); a record altered on the way fails with -EBADMSG and
+ * leaves the destination untouched, whoever opens it; truncation; ALPN
+ * other than "iwarp" fails on either side; the fd registry's
+ * stale-entry rule.
  */
 #include <errno.h>
 #include <poll.h>
@@ -428,6 +429,133 @@ Test(glue_tls, alpn_mismatch_fails_both_ways, .init = setup)
 	glue_tls_free(t);
 	close(sv[0]);
 	close(sv[1]);
+}
+
+/* A plain OpenSSL client that sends 256 KiB with KeyUpdates on the way,
+ * one of them update_requested, then reads a reply and counts the
+ * KeyUpdates it received. */
+struct kuc {
+	int fd, go;
+	const uint8_t *src;
+	size_t total;
+	int updates_in;
+	int ok;
+	char reply[64];
+};
+
+static void kuc_msg(int write_p, int version, int type, const void *buf,
+		    size_t len, SSL *ssl, void *arg)
+{
+	const uint8_t *b = buf;
+	struct kuc *k = arg;
+
+	(void)version;
+	(void)ssl;
+	if (!write_p && type == SSL3_RT_HANDSHAKE && len >= 1 &&
+	    b[0] == SSL3_MT_KEY_UPDATE)
+		k->updates_in++;
+}
+
+static void *kuc_main(void *arg)
+{
+	struct kuc *k = arg;
+	SSL_CTX *x = SSL_CTX_new(TLS_client_method());
+	SSL *ssl;
+
+	SSL_CTX_set_min_proto_version(x, TLS1_3_VERSION);
+	SSL_CTX_set_ciphersuites(x, "TLS_AES_128_GCM_SHA256");
+	SSL_CTX_set_alpn_protos(x, (const unsigned char *)"\x05iwarp", 6);
+	ssl = SSL_new(x);
+	SSL_set_fd(ssl, k->fd);
+	SSL_set_msg_callback(ssl, kuc_msg);
+	SSL_set_msg_callback_arg(ssl, k);
+	if (SSL_connect(ssl) != 1 || read(k->go, (char[1]){ 0 }, 1) != 1)
+		goto out;
+	for (size_t off = 0; off < k->total; off += 4096) {
+		/* Every 32 KiB a KeyUpdate (sent ahead of the next write);
+		 * the fourth asks for the peer's. */
+		if (off && off % 32768 == 0 &&
+		    SSL_key_update(ssl, off == 4 * 32768 ?
+				   SSL_KEY_UPDATE_REQUESTED :
+				   SSL_KEY_UPDATE_NOT_REQUESTED) != 1)
+			goto out;
+		if (SSL_write(ssl, k->src + off, 4096) != 4096)
+			goto out;
+	}
+	k->ok = SSL_read(ssl, k->reply, sizeof(k->reply)) ==
+		(int)sizeof(k->reply);
+	SSL_shutdown(ssl);
+out:
+	SSL_free(ssl);
+	SSL_CTX_free(x);
+	return NULL;
+}
+
+Test(glue_tls, opens_openssl_key_updates_and_answers, .init = setup,
+     .timeout = 30)
+{
+	struct glue_tls_config scfg = { .mode = GLUE_TLS_REQUIRED,
+					.cert = cert, .key = key };
+	const size_t total = 256 << 10;
+	uint8_t *src = malloc(total), *dst = calloc(1, total);
+	char why[256];
+	struct glue_tls_ctx *sx = glue_tls_ctx_get(&scfg, true, why, 256);
+	struct glue_tls *t;
+	struct kuc k;
+	pthread_t th;
+	struct iovec one = { dst, 1 };
+	long end = 1;
+	size_t got, off = 0;
+	int sv[2], go[2];
+
+	cr_assert(sx && src && dst, "%s", why);
+	cr_assert_eq(pipe(go), 0);
+	for (size_t i = 0; i < total; i++)
+		src[i] = (uint8_t)(i * 13 + i / 509);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	k = (struct kuc){ .fd = sv[0], .go = go[0], .src = src,
+			  .total = total };
+	cr_assert_eq(pthread_create(&th, NULL, kuc_main, &k), 0);
+	t = glue_tls_new(sx, sv[1], NULL);
+	cr_assert_eq(glue_tls_handshake(t, 2000), 0, "%s",
+		     glue_tls_fail_str(glue_tls_failure(t)));
+	/* wisp opens from a read that finds OpenSSL holding nothing: the
+	 * client sends once that read is made. */
+	cr_assert_eq(glue_tls_readv(t, &one, 1), -EAGAIN);
+	cr_assert(glue_tls_opening(t), "records opened by wisp");
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	got = readv_all(t, sv[1], dst, total, total, &end);
+	cr_assert_eq(got, total, "got %zu, end %ld (%s)", got, end,
+		     glue_tls_fail_str(glue_tls_failure(t)));
+	cr_assert_eq(memcmp(src, dst, total), 0, "data intact across "
+		     "the peer's KeyUpdates");
+	/* The reply: after the KeyUpdate the peer asked for. */
+	while (off < sizeof(k.reply)) {
+		struct iovec iov = { (void *)(src + off),
+				     sizeof(k.reply) - off };
+		long n = glue_tls_tx(t, &iov, 1);
+
+		if (n == -EAGAIN) {
+			struct pollfd p = { .fd = sv[1], .events = POLLOUT };
+
+			poll(&p, 1, 1000);
+			continue;
+		}
+		cr_assert_gt(n, 0);
+		off += (size_t)n;
+	}
+	pthread_join(th, NULL);
+	cr_assert(k.ok, "the client read the reply");
+	cr_assert_eq(memcmp(k.reply, src, sizeof(k.reply)), 0);
+	cr_assert_eq(k.updates_in, 1, "KeyUpdates the client received: %d",
+		     k.updates_in);
+	glue_tls_free(t);
+	close(sv[0]);
+	close(sv[1]);
+	close(go[0]);
+	close(go[1]);
+	free(src);
+	free(dst);
 }
 
 Test(glue_tls, registry_forgets_a_closed_socket, .init = setup)
