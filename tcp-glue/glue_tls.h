@@ -203,6 +203,19 @@ void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,
  * destructor that may run after the process has reported leaks. */
 void glue_tls_thread_done(void);
 
+/*
+ * A session on fd that seals and opens from the start (no OpenSSL
+ * session, no handshake): AES-128-GCM with SHA-256 secrets, or with aes256
+ * AES-256-GCM with SHA-384 ones; tx_secret / rx_secret are this side's and
+ * the peer's application traffic secrets (32 or 48 octets), the sequence
+ * numbers those of the next record each way. No KeyUpdate by count. For
+ * the fuzz target of the record opener (tests/fuzz/fuzz_tls_open.c); NULL
+ * with errno set.
+ */
+struct glue_tls *glue_tls_new_keyed(int fd, bool aes256,
+				    const uint8_t *tx_secret, uint64_t tx_seq,
+				    const uint8_t *rx_secret, uint64_t rx_seq);
+
 /* ---- the fd registry ------------------------------------------------ */
 
 /* Attach t to its socket fd: glue_mpa.h and glue_conn_add use it. 0 or
