@@ -222,6 +222,11 @@ def main():
         write(t, f"keyupdate-cfg{cfg:x}", bytes([cfg, seq]) +
               appdata(30, 4) + keyupd(0) + appdata(30, 5) + keyupd(1) +
               appdata(3000, 6) + seal(21, b"\x01\x00"))
+    # Full records, more than the opener's buffer holds at once (it moves
+    # the record it has part of to the front).
+    write(t, "bulk", b"\x10\x00" +
+          b"".join(appdata(16384, k) for k in range(6)) +
+          seal(21, b"\x01\x00"))
     write(t, "alerts", b"\x04\x00" + seal(21, b"\x01\x5a") +
           appdata(10, 7) + seal(21, b"\x02\x28"))
     write(t, "padding-overflow", b"\x06\x03" + appdata(10, 8) +
