@@ -42,7 +42,10 @@
  * every later read returns it again, with no plaintext; after
  * close_notify every read returns 0; an unchanged wire yields all of the
  * model's plaintext and ends as the model says (a stream shut down
- * without close_notify: -ECONNRESET, TRUNCATED).
+ * without close_notify: -ECONNRESET, TRUNCATED). What the opener sends
+ * back is one fatal alert (bad_record_mac, unexpected_message,
+ * record_overflow or decode_error, sealed with its own key) if it found
+ * a bad record, else nothing.
  *
  * Seeds: corpus/fuzz_tls_open, written by make-seeds.py (scripts only:
  * the records are sealed here, at run time).
@@ -164,6 +167,33 @@ static size_t seal(struct sealer *s, const uint8_t *in, size_t n,
 	EVP_CIPHER_CTX_free(c);
 	s->seq++;
 	return HDR + n + TAG;
+}
+
+/* Open the record at in (len octets, header included) into out: the
+ * inner plaintext's length, or -1 if it does not authenticate. */
+static long unseal(struct sealer *s, const uint8_t *in, size_t len,
+		   uint8_t *out)
+{
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	uint8_t nonce[12], tag[TAG];
+	size_t n = len - HDR - TAG;
+	int l = 0, ok;
+
+	if (!c || len < HDR + TAG + 1)
+		abort();
+	memcpy(nonce, s->iv, 12);
+	for (int i = 0; i < 8; i++)
+		nonce[11 - i] ^= (uint8_t)(s->seq >> (8 * i));
+	memcpy(tag, in + len - TAG, TAG);
+	ok = EVP_DecryptInit_ex(c, s->aes256 ? EVP_aes_256_gcm() :
+				EVP_aes_128_gcm(), NULL, s->key, nonce) == 1 &&
+	     EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, TAG, tag) == 1 &&
+	     EVP_DecryptUpdate(c, NULL, &l, in, HDR) == 1 &&
+	     EVP_DecryptUpdate(c, out, &l, in + HDR, (int)n) == 1 &&
+	     EVP_DecryptFinal_ex(c, out + n, &l) == 1;
+	EVP_CIPHER_CTX_free(c);
+	s->seq++;
+	return ok ? (long)n : -1;
 }
 
 /* ---- the run ------------------------------------------------------- */
@@ -570,6 +600,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			break;
 		}
+	}
+	/* What the opener sent back: one fatal alert, sealed with its own
+	 * key, if it found a bad record (RFC 8446 6.2), and nothing else. */
+	{
+		uint8_t back[64], inner[64];
+		struct sealer os;
+		ssize_t n = recv(sv[0], back, sizeof(back), MSG_DONTWAIT);
+		bool bad = glue_tls_failure(rd.t) == GLUE_TLS_F_BAD_RECORD;
+
+		sealer_init(&os, data[0] & 1, tx_secret0, 0);
+		if (bad != (n == HDR + 3 + TAG))
+			abort();
+		if (bad && (back[0] != 23 || back[1] != 3 || back[2] != 3 ||
+			    back[3] != 0 || back[4] != 3 + TAG ||
+			    unseal(&os, back, (size_t)n, inner) != 3 ||
+			    inner[0] != 2 || inner[2] != 21 ||
+			    (inner[1] != 10 && inner[1] != 20 &&
+			     inner[1] != 22 && inner[1] != 50)))
+			abort();
 	}
 	glue_tls_free(rd.t);
 	glue_tls_free(r.s);
