@@ -13,7 +13,10 @@
  * OpenSSL moves records through a BIO of tcp-glue's own that calls
  * recv / send with MSG_DONTWAIT (and MSG_NOSIGNAL): no call on a session
  * ever blocks, whatever the socket's flags, so the engine thread never
- * waits in OpenSSL.
+ * waits in OpenSSL. From the first glue_tls_tx / glue_tls_readv on
+ * (AES-GCM), tcp-glue seals and opens the records itself with the keys
+ * OpenSSL negotiated (glue_tls_sealing, glue_tls_opening), with the same
+ * non-blocking calls.
  *
  * Functions return 0 (or a length) or a negative errno; -EAGAIN means
  * "wait for glue_tls_events() on the fd, then call again".
@@ -170,8 +173,19 @@ long glue_tls_write(struct glue_tls *t, const void *buf, size_t len);
  */
 long glue_tls_tx(struct glue_tls *t, const struct iovec *iov, int n);
 
-/* True if a record made by glue_tls_tx waits to be sent. */
-bool glue_tls_tx_pending(const struct glue_tls *t);
+/* True if a record made by glue_tls_tx (or a KeyUpdate, an alert of
+ * wisp's) waits to be sent. */
+bool glue_tls_tx_pending(struct glue_tls *t);
+
+/* True once wisp seals the records this session sends itself (from the
+ * first glue_tls_tx on, AES-GCM; docs/tls.md "Sealing"); false while
+ * OpenSSL does. For tests and logs; call from the sending side. */
+bool glue_tls_sealing(const struct glue_tls *t);
+
+/* True once wisp opens the records this session receives itself (from
+ * the first glue_tls_readv that finds OpenSSL holding none, AES-GCM);
+ * false while OpenSSL does. For tests; call from the receiving side. */
+bool glue_tls_opening(const struct glue_tls *t);
 
 /* Send close_notify (best effort, non-blocking). */
 void glue_tls_close_notify(struct glue_tls *t);
@@ -188,6 +202,19 @@ void glue_tls_key_updates(const struct glue_tls *t, unsigned *sent,
  * this thread now (OPENSSL_thread_stop) rather than in a thread-exit
  * destructor that may run after the process has reported leaks. */
 void glue_tls_thread_done(void);
+
+/*
+ * A session on fd that seals and opens from the start (no OpenSSL
+ * session, no handshake): AES-128-GCM with SHA-256 secrets, or with aes256
+ * AES-256-GCM with SHA-384 ones; tx_secret / rx_secret are this side's and
+ * the peer's application traffic secrets (32 or 48 octets), the sequence
+ * numbers those of the next record each way. No KeyUpdate by count. For
+ * the fuzz target of the record opener (tests/fuzz/fuzz_tls_open.c); NULL
+ * with errno set.
+ */
+struct glue_tls *glue_tls_new_keyed(int fd, bool aes256,
+				    const uint8_t *tx_secret, uint64_t tx_seq,
+				    const uint8_t *rx_secret, uint64_t rx_seq);
 
 /* ---- the fd registry ------------------------------------------------ */
 

@@ -201,6 +201,43 @@ def main():
         write(t, f"write-oob-crc{crc}", bytes([crc]) + fpdu_stream(
             [tagged(0, True, 0x15A, 0x10000 + 4000) + bytes(200)], crc, False))
 
+    # fuzz_tls_open: scripts of operations (fuzz_tls_open.c says what
+    # each octet means); the target seals the records itself with its
+    # fixed keys, so each seed is a stream of valid sealed records.
+    t = "fuzz_tls_open"
+
+    def seal(ctype, data, pad=0):
+        return struct.pack(">BBHH", 0, ctype, pad, len(data)) + data
+
+    def appdata(n, fill):
+        return struct.pack(">BHB", 1, n, fill)
+
+    def keyupd(req):
+        return bytes([2, req])
+
+    for cfg, seq in ((0x00, 0), (0x01, 7), (0x2A, 255)):
+        write(t, f"appdata-cfg{cfg:x}", bytes([cfg, seq]) +
+              appdata(100, 1) + appdata(16384, 2) + appdata(1, 3) +
+              seal(23, b"hello", 10))
+        write(t, f"keyupdate-cfg{cfg:x}", bytes([cfg, seq]) +
+              appdata(30, 4) + keyupd(0) + appdata(30, 5) + keyupd(1) +
+              appdata(3000, 6) + seal(21, b"\x01\x00"))
+    # Full records, more than the opener's buffer holds at once (it moves
+    # the record it has part of to the front).
+    write(t, "bulk", b"\x10\x00" +
+          b"".join(appdata(16384, k) for k in range(6)) +
+          seal(21, b"\x01\x00"))
+    write(t, "alerts", b"\x04\x00" + seal(21, b"\x01\x5a") +
+          appdata(10, 7) + seal(21, b"\x02\x28"))
+    write(t, "padding-overflow", b"\x06\x03" + appdata(10, 8) +
+          seal(23, b"x" * 20, 16365) + seal(23, b"y" * 20, 16366))
+    write(t, "bad-inner", b"\x08\x00" + appdata(10, 9) + seal(0, b"", 5))
+    write(t, "bad-keyupdate", b"\x0a\x00" + appdata(10, 9) +
+          seal(22, b"\x18\x00\x00\x01\x02"))
+    write(t, "flip-cut", b"\x0c\x00" + appdata(500, 1) + appdata(500, 2) +
+          struct.pack(">BHB", 3, 600, 0x40) + appdata(20, 3) +
+          struct.pack(">BH", 4, 1500))
+
 
 if __name__ == "__main__":
     main()

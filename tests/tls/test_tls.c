@@ -3,7 +3,9 @@
  * TLS 1.3 under MPA (docs/tls.md) through the public rdma_cma.h API, both
  * ends in one process on loopback: PSK and X.509 (mutual) connections
  * moving data under both engines over IPv4 and IPv6; every refusal with
- * its rdma_cm event, status and time (< 1 s); KeyUpdate many times during
+ * its rdma_cm event and status, which say it came by its TLS reason and
+ * not by a timeout (its time is logged, never asserted: the suite runs on
+ * loaded machines); KeyUpdate many times during
  * a transfer; and a man in the middle that tampers with a record,
  * truncates the stream or injects an alert: the QP must flush and nothing
  * beyond the authenticated prefix may be placed.
@@ -29,7 +31,11 @@
 
 #include "wisp_rdmacm.h"
 
-#define WAIT_MS 5000
+/* How long a wait may take before the test calls it a hang: only a hang
+ * comes near it, however loaded the machine. Every assertion on how a
+ * connection ended is on its cause (event, status), never on the time it
+ * took. */
+#define WAIT_MS 20000
 
 static char certdir[512];
 
@@ -478,8 +484,17 @@ ParameterizedTest(struct refusal *r, tls, refused_quickly, .timeout = 30)
 	listen_on(&p, AF_INET, &r->srv);
 	t0 = now_ms();
 	ev = dial(&p, AF_INET, p.port, &r->cli);
-	cr_assert_lt(now_ms() - t0, 1000, "took %lld ms",
-		     (long long)(now_ms() - t0));
+	cr_log_info("%s: %s (%d) after %lld ms", r->what,
+		    rdma_event_str(ev->event), ev->status,
+		    (long long)(now_ms() - t0));
+	/* Quick means by its own cause: the TLS failure's event and status,
+	 * not the MPA deadline's (UNREACHABLE, -ETIMEDOUT, which
+	 * WISP_MPA_TIMEOUT_MS, 10 s by default, would bring well within
+	 * WAIT_MS). */
+	cr_assert(ev->event != RDMA_CM_EVENT_UNREACHABLE &&
+		  ev->status != -ETIMEDOUT, "%s: ended by a timeout (%s, %d), "
+		  "not by its TLS failure", r->what,
+		  rdma_event_str(ev->event), ev->status);
 	cr_assert_eq(ev->event, r->type, "%s: got %s, wanted %s", r->what,
 		     rdma_event_str(ev->event), rdma_event_str(r->type));
 	cr_assert_eq(ev->status, r->status, "%s: status %d (%s), wanted %d",
@@ -490,8 +505,12 @@ ParameterizedTest(struct refusal *r, tls, refused_quickly, .timeout = 30)
 }
 
 /* A listener that never answers the ClientHello: the handshake is bounded
- * by WISP_MPA_TIMEOUT_MS like the MPA frames, and ends UNREACHABLE. */
-Test(tls, silent_listener_times_out, .timeout = 30)
+ * by WISP_MPA_TIMEOUT_MS like the MPA frames, and ends UNREACHABLE. The
+ * process's own bound is an hour here, so only the connection's option
+ * (300 ms) can end it within WAIT_MS; and no earlier than that option
+ * says (a deadline never fires early, whatever the load: this bound holds
+ * on any machine). */
+Test(tls, silent_listener_times_out, .timeout = 60)
 {
 	struct sockaddr_storage ss;
 	struct rdma_cm_event *ev;
@@ -501,6 +520,9 @@ Test(tls, silent_listener_times_out, .timeout = 30)
 	int64_t t0;
 
 	certs();
+	/* Read with the rest of the configuration when the first channel
+	 * is made (this test's own process: Criterion forks each). */
+	cr_assert_eq(setenv("WISP_MPA_TIMEOUT_MS", "3600000", 1), 0);
 	loopback(AF_INET, &ss, 0);
 	cr_assert_eq(bind(l, (struct sockaddr *)&ss,
 			  sizeof(struct sockaddr_in)), 0);
@@ -533,10 +555,11 @@ Test(tls, silent_listener_times_out, .timeout = 30)
 		t0 = now_ms();
 		cr_assert_eq(rdma_connect(p.cl, NULL), 0);
 	}
-	ev = expect_event(p.cch, RDMA_CM_EVENT_UNREACHABLE, 2000);
+	ev = expect_event(p.cch, RDMA_CM_EVENT_UNREACHABLE, WAIT_MS);
 	cr_assert_eq(ev->status, -ETIMEDOUT, "status %d", ev->status);
-	cr_assert_geq(now_ms() - t0, 250);
-	cr_assert_lt(now_ms() - t0, 1000);
+	cr_log_info("UNREACHABLE after %lld ms (option: %d ms)",
+		    (long long)(now_ms() - t0), tmo);
+	cr_assert_geq(now_ms() - t0, tmo - 50, "ended before its deadline");
 	rdma_ack_cm_event(ev);
 	close(l);
 	tear_down(&p);
@@ -608,7 +631,7 @@ static void *mitm_main(void *arg)
 					{ .fd = s, .events = POLLIN } };
 		ssize_t n;
 
-		if (poll(pf, 2, 5000) <= 0)
+		if (poll(pf, 2, WAIT_MS) <= 0)
 			break;
 		if (pf[1].revents) {
 			n = read(s, buf, sizeof(buf));
