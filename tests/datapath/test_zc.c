@@ -41,12 +41,29 @@ static uint8_t pat(size_t i)
  * (ordered behind the WRITEs) says when the target has everything: it
  * must hold what the sources held before the overwrite.
  */
+/* An 8-octet signaled SEND from buf (in mr) on a's QP, received by b:
+ * both completions must succeed (b has a receive posted). */
+static void send8_and_wait(struct dp_pair *p, void *buf, struct ibv_mr *mr)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, 8, mr->lkey };
+	struct ibv_send_wr sw = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	cr_assert_eq(ibv_post_send(p->a.qp, &sw, &bad), 0);
+	cr_assert_eq(dp_wait1(p->a.scq).status, IBV_WC_SUCCESS);
+	cr_assert_eq(dp_wait1(p->b.rcq).status, IBV_WC_SUCCESS);
+}
+
 Test(zc, write_reuse_after_completion, .timeout = 120)
 {
 	const size_t part = 2u << 20, nparts = 4, len = part * nparts;
-	struct ibv_send_wr wr[4], sw = { 0 }, *bad;
+	struct ibv_send_wr wr[4], *bad;
 	struct ibv_recv_wr rw = { 0 }, *rbad;
-	struct ibv_sge sge[4], ssge, rsge;
+	struct ibv_sge sge[4], rsge;
 	struct ibv_mr *ms, *md, *mm;
 	uint8_t *src, *dst, *msg;
 	struct dp_pair p;
@@ -84,14 +101,7 @@ Test(zc, write_reuse_after_completion, .timeout = 120)
 		cr_assert_eq(wc.wr_id, k, "in order");
 		memset(src + k * part, ZC_MARK, part);
 	}
-	ssge = (struct ibv_sge){ (uintptr_t)src, 8, ms->lkey };
-	sw.sg_list = &ssge;
-	sw.num_sge = 1;
-	sw.opcode = IBV_WR_SEND;
-	sw.send_flags = IBV_SEND_SIGNALED;
-	cr_assert_eq(ibv_post_send(p.a.qp, &sw, &bad), 0);
-	cr_assert_eq(dp_wait1(p.a.scq).status, IBV_WC_SUCCESS);
-	cr_assert_eq(dp_wait1(p.b.rcq).status, IBV_WC_SUCCESS);
+	send8_and_wait(&p, src, ms);
 	for (size_t i = 0; i < len && bad_at == SIZE_MAX; i++)
 		if (dst[i] != pat(i))
 			bad_at = i;
@@ -122,9 +132,9 @@ Test(zc, read_then_dereg_source, .timeout = 120)
 {
 	const size_t len = 32768;
 	const int rounds = 20;
-	struct ibv_send_wr rd = { 0 }, sw = { 0 }, *bad;
+	struct ibv_send_wr rd = { 0 }, *bad;
 	struct ibv_recv_wr rw = { 0 }, *rbad;
-	struct ibv_sge rsge, ssge, msge;
+	struct ibv_sge rsge, msge;
 	struct ibv_mr *msink, *mm;
 	uint8_t *sink, *msg;
 	struct ibv_qp_attr qa;
@@ -174,14 +184,7 @@ Test(zc, read_then_dereg_source, .timeout = 120)
 	rw.sg_list = &msge;
 	rw.num_sge = 1;
 	cr_assert_eq(ibv_post_recv(p.b.qp, &rw, &rbad), 0);
-	ssge = (struct ibv_sge){ (uintptr_t)sink, 8, msink->lkey };
-	sw.sg_list = &ssge;
-	sw.num_sge = 1;
-	sw.opcode = IBV_WR_SEND;
-	sw.send_flags = IBV_SEND_SIGNALED;
-	cr_assert_eq(ibv_post_send(p.a.qp, &sw, &bad), 0);
-	cr_assert_eq(dp_wait1(p.a.scq).status, IBV_WC_SUCCESS);
-	cr_assert_eq(dp_wait1(p.b.rcq).status, IBV_WC_SUCCESS);
+	send8_and_wait(&p, sink, msink);
 	cr_assert_eq(ibv_query_qp(p.b.qp, &qa, IBV_QP_STATE, &qia), 0);
 	cr_assert_eq(qa.qp_state, IBV_QPS_RTS, "ibv_dereg_mr did not abort "
 		     "the stream");
