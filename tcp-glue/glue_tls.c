@@ -1576,10 +1576,15 @@ static long open_read(struct glue_tls *t, void *buf, size_t len)
 				return open_fail(t, GLUE_TLS_F_BAD_RECORD,
 						 -EBADMSG,
 						 SSL_AD_UNEXPECTED_MESSAGE);
-			if (rlen > GLUE_TLS_RECORD + 256 || rlen < REC_TAG + 1)
+			if (rlen > GLUE_TLS_RECORD + 256)
 				return open_fail(t, GLUE_TLS_F_BAD_RECORD,
 						 -EBADMSG,
 						 SSL_AD_RECORD_OVERFLOW);
+			/* Shorter than a tag and a content type: a length
+			 * out of range (6.2, decode_error). */
+			if (rlen < REC_TAG + 1)
+				return open_fail(t, GLUE_TLS_F_BAD_RECORD,
+						 -EBADMSG, SSL_AD_DECODE_ERROR);
 			if (have >= REC_HDR + rlen) {
 				long r = open_record(t, rlen);
 				if (r)
