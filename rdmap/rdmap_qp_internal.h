@@ -188,6 +188,11 @@ struct rdmap_qp {
 	uint32_t ulpdu_len;
 	uint8_t *tptr;            /* tagged: host address of payload octet 0 */
 	struct rdmap_mr *tmr;
+	bool tmr_kept;            /* tmr is mr_keep's reference, not its own */
+	/* The MR of the last tagged FPDU, its reference kept for the next
+	 * FPDU (the segments of a message name the same STag) until the end
+	 * of the rdmap_qp_rx_done() call: NULL between calls. */
+	struct rdmap_mr *mr_keep;
 
 	/* the receive buffer of the Send being placed */
 	bool have_recv;
