@@ -119,11 +119,8 @@ static int out_marker(struct fpdu_out *o)
 }
 
 /* Emit len octets at base, inserting markers where the stream needs them. */
-static inline int out_data(struct fpdu_out *o, const uint8_t *base,
-			   size_t len)
+static int out_data(struct fpdu_out *o, const uint8_t *base, size_t len)
 {
-	if (!o->markers)
-		return len ? out_push(o, base, len) : 0;
 	while (len > 0) {
 		size_t step;
 		int ret;
@@ -141,6 +138,51 @@ static inline int out_data(struct fpdu_out *o, const uint8_t *base,
 		len -= step;
 	}
 	return 0;
+}
+
+/*
+ * mpa_fpdu_frame() without markers: length field, ULPDU pieces, pad +
+ * CRC, adjacent pieces merged; the caller checked the arguments and the
+ * ULPDU's length. Returns the iovec count or -ENOSPC.
+ */
+static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
+		       uint32_t ulpdu_len, struct mpa_fpdu_scratch *scr,
+		       struct iovec *out, int out_cap)
+{
+	struct fpdu_out o = {
+		.iov = out, .cap = out_cap, .pos = tx->stream_off, .scr = scr,
+	};
+	uint32_t pad = mpa_pad_len(ulpdu_len);
+	uint8_t *crc_field = scr->trailer + pad;
+	int i, ret;
+
+	wisp_put_be16(scr->len, (uint16_t)ulpdu_len);
+	memset(scr->trailer, 0, pad);
+	ret = out_push(&o, scr->len, MPA_LEN_FIELD);
+	for (i = 0; !ret && i < n; i++)
+		if (ulpdu[i].iov_len)
+			ret = out_push(&o, ulpdu[i].iov_base, ulpdu[i].iov_len);
+	if (!ret && pad)
+		ret = out_push(&o, scr->trailer, pad);
+	if (ret)
+		return ret;
+	/* RFC 5044 4.4: the CRC covers the FPDU from ULPDU_Length to the
+	 * end of PAD; without CRC the field is zero. */
+	if (tx->crc) {
+		uint32_t st = MPA_CRC_INIT;
+
+		for (i = 0; i < o.cnt; i++)
+			st = mpa_crc_update(st, out[i].iov_base,
+					    out[i].iov_len);
+		mpa_crc_put(crc_field, mpa_crc_final(st));
+	} else {
+		memset(crc_field, 0, MPA_CRC_LEN);
+	}
+	ret = out_push(&o, crc_field, MPA_CRC_LEN);
+	if (ret)
+		return ret;
+	tx->stream_off = o.pos;
+	return o.cnt;
 }
 
 int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
@@ -165,6 +207,9 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		if (ulpdu_len > MPA_ULPDU_SEND_MAX)
 			return -EMSGSIZE;
 	}
+	if (!tx->markers)
+		return frame_plain(tx, ulpdu, n, (uint32_t)ulpdu_len, scr, out,
+				   out_cap);
 	pad = mpa_pad_len((uint32_t)ulpdu_len);
 	wisp_put_be16(scr->len, (uint16_t)ulpdu_len);
 	memset(scr->trailer, 0, sizeof(scr->trailer));
