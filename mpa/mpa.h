@@ -277,18 +277,27 @@ void mpa_tx_init(struct mpa_tx *tx, bool crc, bool markers);
 	((MPA_LEN_FIELD + MPA_ULPDU_MAX + 3 + MPA_CRC_LEN) / \
 	 (MPA_MARKER_SPACING - MPA_MARKER_LEN) + 2)
 
-/* Framing octets that mpa_fpdu_frame() writes; live until the send is done. */
+/*
+ * Framing octets that mpa_fpdu_frame() writes; live until the send is done.
+ * len is the last member and the struct has no padding (byte arrays
+ * only), so a caller that keeps the first octets of its ULPDU right after
+ * the scratch (a DDP header) gets length field and header as one iovec:
+ * mpa_fpdu_frame() merges iovecs that are adjacent in memory. Pad and CRC
+ * likewise go out as one.
+ */
 struct mpa_fpdu_scratch {
-	uint8_t len[MPA_LEN_FIELD];
 	uint8_t trailer[3 + MPA_CRC_LEN];       /* pad + CRC */
 	uint8_t markers[MPA_MAX_MARKERS_PER_FPDU][MPA_MARKER_LEN];
+	uint8_t len[MPA_LEN_FIELD];
 };
 
 /*
  * Frame one ULPDU (given as ulpdu[0..n)) as an FPDU. On success writes up
  * to out_cap iovecs to out (length field, ULPDU pieces split around markers,
  * markers, pad + CRC) and returns their count; the iovecs point at the
- * caller's ULPDU buffers and at scr. Advances tx->stream_off.
+ * caller's ULPDU buffers and at scr, and pieces that follow each other in
+ * memory share one iovec (see struct mpa_fpdu_scratch). Advances
+ * tx->stream_off.
  * Returns -EMSGSIZE if the ULPDU is longer than MPA_ULPDU_SEND_MAX,
  * -ENOSPC if out_cap is too small (tx is then unchanged).
  */
@@ -315,6 +324,7 @@ enum mpa_rx_state {
 	MPA_RX_ULPDU,     /* handing out ULPDU octets */
 	MPA_RX_PAD,       /* pad octets */
 	MPA_RX_CRC,       /* CRC octets */
+	MPA_RX_TRAILER,   /* pad and CRC, already checked: skipped */
 	MPA_RX_FAILED,    /* a fault was reported; stays here */
 };
 
@@ -366,7 +376,10 @@ struct mpa_rx_event {
  * DATA runs never cross a marker, so they are contiguous ULPDU octets;
  * the CRC has already been updated over them. An FPDU event follows the
  * last DATA run of a ULPDU once pad and CRC are checked (a zero-length
- * ULPDU yields only the FPDU event).
+ * ULPDU yields only the FPDU event). Without markers, an FPDU that lies
+ * whole in the input from its length field on is checked (length, CRC)
+ * before anything of it is handed out: one DATA run of the whole ULPDU,
+ * then the FPDU event.
  */
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev);

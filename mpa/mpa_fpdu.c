@@ -77,8 +77,18 @@ struct fpdu_out {
 	int nmarkers;
 };
 
-static int out_push(struct fpdu_out *o, const void *base, size_t len)
+static inline int out_push(struct fpdu_out *o, const void *base,
+			   size_t len)
 {
+	struct iovec *last = o->cnt ? &o->iov[o->cnt - 1] : NULL;
+
+	/* Adjacent in memory (length field and the caller's header, pad and
+	 * CRC): one iovec fewer for the kernel to walk, per FPDU. */
+	if (last && (const uint8_t *)last->iov_base + last->iov_len == base) {
+		last->iov_len += len;
+		o->pos += len;
+		return 0;
+	}
 	if (o->cnt == o->cap)
 		return -ENOSPC;
 	o->iov[o->cnt].iov_base = (void *)base;
@@ -130,6 +140,51 @@ static int out_data(struct fpdu_out *o, const uint8_t *base, size_t len)
 	return 0;
 }
 
+/*
+ * mpa_fpdu_frame() without markers: length field, ULPDU pieces, pad +
+ * CRC, adjacent pieces merged; the caller checked the arguments and the
+ * ULPDU's length. Returns the iovec count or -ENOSPC.
+ */
+static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
+		       uint32_t ulpdu_len, struct mpa_fpdu_scratch *scr,
+		       struct iovec *out, int out_cap)
+{
+	struct fpdu_out o = {
+		.iov = out, .cap = out_cap, .pos = tx->stream_off, .scr = scr,
+	};
+	uint32_t pad = mpa_pad_len(ulpdu_len);
+	uint8_t *crc_field = scr->trailer + pad;
+	int i, ret;
+
+	wisp_put_be16(scr->len, (uint16_t)ulpdu_len);
+	memset(scr->trailer, 0, pad);
+	ret = out_push(&o, scr->len, MPA_LEN_FIELD);
+	for (i = 0; !ret && i < n; i++)
+		if (ulpdu[i].iov_len)
+			ret = out_push(&o, ulpdu[i].iov_base, ulpdu[i].iov_len);
+	if (!ret && pad)
+		ret = out_push(&o, scr->trailer, pad);
+	if (ret)
+		return ret;
+	/* RFC 5044 4.4: the CRC covers the FPDU from ULPDU_Length to the
+	 * end of PAD; without CRC the field is zero. */
+	if (tx->crc) {
+		uint32_t st = MPA_CRC_INIT;
+
+		for (i = 0; i < o.cnt; i++)
+			st = mpa_crc_update(st, out[i].iov_base,
+					    out[i].iov_len);
+		mpa_crc_put(crc_field, mpa_crc_final(st));
+	} else {
+		memset(crc_field, 0, MPA_CRC_LEN);
+	}
+	ret = out_push(&o, crc_field, MPA_CRC_LEN);
+	if (ret)
+		return ret;
+	tx->stream_off = o.pos;
+	return o.cnt;
+}
+
 int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		   struct mpa_fpdu_scratch *scr, struct iovec *out, int out_cap)
 {
@@ -152,6 +207,9 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		if (ulpdu_len > MPA_ULPDU_SEND_MAX)
 			return -EMSGSIZE;
 	}
+	if (!tx->markers)
+		return frame_plain(tx, ulpdu, n, (uint32_t)ulpdu_len, scr, out,
+				   out_cap);
 	pad = mpa_pad_len((uint32_t)ulpdu_len);
 	wisp_put_be16(scr->len, (uint16_t)ulpdu_len);
 	memset(scr->trailer, 0, sizeof(scr->trailer));
@@ -357,6 +415,55 @@ enum mpa_error mpa_rx_error(const struct mpa_rx *rx)
 	return rx->error;
 }
 
+/*
+ * An FPDU that begins at in and lies whole in in[0..len), without
+ * markers: length checked, CRC over length field, ULPDU and pad in one
+ * pass, the whole ULPDU handed out as one DATA run; its pad and CRC are
+ * then skipped (MPA_RX_TRAILER). Returns the octets used, 0 if the FPDU
+ * is not whole in the input (the octet-wise machine takes it), or
+ * -EPROTO.
+ */
+static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		     struct mpa_rx_event *ev)
+{
+	uint16_t ulen;
+	size_t body;
+
+	if (len < MPA_LEN_FIELD)
+		return 0;
+	ulen = wisp_get_be16(in);
+	if (ulen > rx->max_ulpdu)
+		return rx_fail(rx, MPA_ERR_ULPDU_LEN);
+	body = MPA_LEN_FIELD + ulen + mpa_pad_len(ulen);
+	if (len < body + MPA_CRC_LEN)
+		return 0;
+	/* RFC 5044 4.4: on a mismatch "the receiver MUST treat the FPDU as
+	 * an invalid FPDU" (section 8 error 2): nothing of it is handed
+	 * out. */
+	if (rx->crc && mpa_crc_get(in + body) != mpa_crc32c(in, body))
+		return rx_fail(rx, MPA_ERR_CRC);
+	rx->len_pos = rx->stream_off;
+	rx->ulpdu_len = ulen;
+	rx->ulpdu_done = ulen;
+	rx->part_done = 0;
+	rx->state = MPA_RX_TRAILER;
+	if (ulen == 0) {
+		/* Nothing to hand out: the trailer goes with it. */
+		rx->stream_off += body + MPA_CRC_LEN;
+		ev->type = MPA_RX_EV_FPDU;
+		ev->ulpdu_len = 0;
+		rx_next_fpdu(rx);
+		return (long)(body + MPA_CRC_LEN);
+	}
+	rx->stream_off += MPA_LEN_FIELD + ulen;
+	ev->type = MPA_RX_EV_DATA;
+	ev->ulpdu_len = ulen;
+	ev->ulpdu_off = 0;
+	ev->data = in + MPA_LEN_FIELD;
+	ev->len = ulen;
+	return (long)(MPA_LEN_FIELD + ulen);
+}
+
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev)
 {
@@ -367,6 +474,12 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 	ev->type = MPA_RX_EV_NONE;
 	if (rx->state == MPA_RX_FAILED)
 		return -EPROTO;
+	if (rx->state == MPA_RX_LEN && rx->part_done == 0 && !rx->markers) {
+		long r = rx_whole(rx, in, len, ev);
+
+		if (r)
+			return r;
+	}
 
 	while (used < len) {
 		const uint8_t *p = in + used;
@@ -443,6 +556,23 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 			if (rx->crc && mpa_crc_get(rx->hold) !=
 					       mpa_crc_final(rx->crc_state))
 				return rx_fail(rx, MPA_ERR_CRC);
+			ev->type = MPA_RX_EV_FPDU;
+			ev->ulpdu_len = rx->ulpdu_len;
+			rx_next_fpdu(rx);
+			return (long)used;
+
+		case MPA_RX_TRAILER:
+			/* rx_whole() checked them: only count them off. */
+			n = mpa_pad_len(rx->ulpdu_len) + MPA_CRC_LEN -
+			    rx->part_done;
+			if (n > avail)
+				n = avail;
+			rx->part_done = (uint8_t)(rx->part_done + n);
+			rx->stream_off += n;
+			used += n;
+			if (rx->part_done < mpa_pad_len(rx->ulpdu_len) +
+						    MPA_CRC_LEN)
+				break;
 			ev->type = MPA_RX_EV_FPDU;
 			ev->ulpdu_len = rx->ulpdu_len;
 			rx_next_fpdu(rx);

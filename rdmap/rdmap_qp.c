@@ -158,8 +158,11 @@ static void release_all(struct rdmap_qp *qp)
 	}
 	if (qp->have_recv)
 		qp_put_refs(qp->rmr, qp->nrsge);
-	rdmap_mr_put(qp->tmr);
-	qp->tmr = NULL;
+	if (!qp->tmr_kept)
+		rdmap_mr_put(qp->tmr);
+	rdmap_mr_put(qp->mr_keep);
+	qp->tmr = qp->mr_keep = NULL;
+	qp->tmr_kept = false;
 }
 
 void rdmap_qp_destroy(struct rdmap_qp *qp)

@@ -15,6 +15,7 @@
 #define WISP_RDMAP_QP_INTERNAL_H
 
 #include "rdmap_qp.h"
+#include <stddef.h>
 
 /*
  * Transmit batch and receive staging come in two sizes. A QP starts with
@@ -49,10 +50,12 @@ struct sq_meta {
 	uint32_t vendor_err;
 };
 
-/* One FPDU of the transmit batch. */
+/* One FPDU of the transmit batch. hdr follows scr, whose last member
+ * is the MPA length field: length and DDP/RDMAP header go to the kernel
+ * as one iovec (mpa_fpdu_frame() merges adjacent pieces). */
 struct tx_fpdu {
-	uint8_t hdr[HDR_MAX];
 	struct mpa_fpdu_scratch scr;
+	uint8_t hdr[HDR_MAX];
 	size_t end;               /* batch offset just past this FPDU */
 	int64_t wr_idx;           /* SQ index whose last FPDU this is, or -1 */
 	int64_t wr_of;            /* SQ index whose payload it carries, or -1 */
@@ -64,6 +67,12 @@ struct tx_fpdu {
 	bool close;               /* a Terminate: close the stream after it */
 	uint8_t body[RDMAP_TERM_MAX_LEN]; /* a Terminate's message body */
 };
+
+_Static_assert(offsetof(struct tx_fpdu, hdr) ==
+		       offsetof(struct tx_fpdu, scr) +
+			       offsetof(struct mpa_fpdu_scratch, len) +
+			       MPA_LEN_FIELD,
+	       "the DDP header follows the MPA length field in memory");
 
 /* The work request being segmented. */
 struct tx_cur {
@@ -179,6 +188,11 @@ struct rdmap_qp {
 	uint32_t ulpdu_len;
 	uint8_t *tptr;            /* tagged: host address of payload octet 0 */
 	struct rdmap_mr *tmr;
+	bool tmr_kept;            /* tmr is mr_keep's reference, not its own */
+	/* The MR of the last tagged FPDU, its reference kept for the next
+	 * FPDU (the segments of a message name the same STag) until the end
+	 * of the rdmap_qp_rx_done() call: NULL between calls. */
+	struct rdmap_mr *mr_keep;
 
 	/* the receive buffer of the Send being placed */
 	bool have_recv;

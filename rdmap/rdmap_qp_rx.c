@@ -61,6 +61,53 @@ static enum rdmap_error prot_error(enum rdmap_mr_check c)
 /* Per opcode: start (header checked), destination, end of the FPDU   */
 /* ------------------------------------------------------------------ */
 
+/* The MR named by stag with a reference for the current FPDU: the one
+ * kept from the previous FPDU if it is that STag's and still published
+ * (no atomic read-modify-write per segment), else a new lookup. */
+static struct rdmap_mr *rx_tagged_mr(struct rdmap_qp *qp, uint32_t stag)
+{
+	struct rdmap_mr *k = qp->mr_keep;
+
+	if (k && k->stag == stag &&
+	    (atomic_load_explicit(&k->slot->word, memory_order_relaxed) &
+	     RDMAP_SLOT_LIVE)) {
+		qp->tmr_kept = true;
+		return k;
+	}
+	qp->tmr_kept = false;
+	return rdmap_stag_get(qp->cfg.stags, stag);
+}
+
+/* The FPDU that placed into qp->tmr ended: its reference becomes the
+ * kept one (rx_tagged_mr()). */
+static void rx_tagged_end(struct rdmap_qp *qp)
+{
+	struct rdmap_mr *mr = qp->tmr;
+
+	qp->tmr = NULL;
+	if (qp->tmr_kept) {
+		qp->tmr_kept = false;
+		return;
+	}
+	if (!mr)
+		return;
+	rdmap_mr_put(qp->mr_keep);
+	qp->mr_keep = mr;
+}
+
+/* End of an rdmap_qp_rx_done() call: an FPDU still placing into the kept
+ * MR takes its reference over; else it is dropped. */
+static void rx_keep_drop(struct rdmap_qp *qp)
+{
+	if (!qp->mr_keep)
+		return;
+	if (qp->tmr_kept)
+		qp->tmr_kept = false;
+	else
+		rdmap_mr_put(qp->mr_keep);
+	qp->mr_keep = NULL;
+}
+
 /* Tagged placement (RFC 5041 5.2) into an MR that grants acc. */
 static enum rx_state rx_tagged(struct rdmap_qp *qp, uint32_t plen,
 			       uint32_t acc)
@@ -73,7 +120,7 @@ static enum rx_state rx_tagged(struct rdmap_qp *qp, uint32_t plen,
 	qp->tptr = NULL;
 	if (plen == 0)
 		return RX_PAYLOAD;     /* RFC 5041 5.2: not checked at all */
-	mr = rdmap_stag_get(qp->cfg.stags, d->t.stag);
+	mr = rx_tagged_mr(qp, d->t.stag);
 	if (mr) {
 		b.valid = atomic_load(&mr->valid);
 		b.same_stream = mr->pd == qp->cfg.pd;
@@ -81,11 +128,15 @@ static enum rx_state rx_tagged(struct rdmap_qp *qp, uint32_t plen,
 		b.len = mr->length;
 	}
 	if (ddp_check_tagged(d, plen, &b, &de)) {
-		rdmap_mr_put(mr);
+		if (!qp->tmr_kept)
+			rdmap_mr_put(mr);
+		qp->tmr_kept = false;
 		return rx_fault(qp, rdmap_fault_ddp(de));
 	}
 	if ((mr->access & acc) != acc) {
-		rdmap_mr_put(mr);
+		if (!qp->tmr_kept)
+			rdmap_mr_put(mr);
+		qp->tmr_kept = false;
 		return rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_PROT_ACCESS));
 	}
 	qp->tmr = mr;
@@ -175,16 +226,14 @@ static int dest_tagged(struct rdmap_qp *qp, uint32_t poff, size_t len,
 static void end_write(struct rdmap_qp *qp, uint32_t plen)
 {
 	(void)plen;
-	rdmap_mr_put(qp->tmr);
-	qp->tmr = NULL;
+	rx_tagged_end(qp);
 }
 
 static void end_read_resp(struct rdmap_qp *qp, uint32_t plen)
 {
 	struct ord_entry *o = &qp->ord[qp->ord_head & qp->ord_mask];
 
-	rdmap_mr_put(qp->tmr);
-	qp->tmr = NULL;
+	rx_tagged_end(qp);
 	o->got += plen;
 	if (!qp->h.ddp.last)
 		return;
@@ -466,6 +515,17 @@ static enum rx_state rx_header(struct rdmap_qp *qp)
  * octets is the normal case for a header cut by recv(). */
 static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
 {
+	/* The whole header in the input (the usual case): one copy. */
+	if (qp->hdr_have == 0 && in->len >= 2) {
+		uint32_t need = rx_hdr_need(in->data, 2);
+
+		if (need <= qp->ulpdu_len && need <= in->len) {
+			memcpy(qp->hdr, in->data, need);
+			qp->hdr_have = need;
+			rx_consume(in, need);
+			return rx_header(qp);
+		}
+	}
 	for (;;) {
 		uint32_t need = rx_hdr_need(qp->hdr, qp->hdr_have);
 		size_t take;
@@ -683,6 +743,8 @@ static int rx_close(const struct rdmap_qp *qp)
 
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 {
+	int ret;
+
 	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
 		return rx_close(qp);
 	if (qp->rx_direct) {
@@ -705,5 +767,8 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 			false);
 		qp->st_head = qp->st_tail;
 	}
-	return rx_close(qp);
+	ret = rx_close(qp);
+	/* rdmap_qp_revoke() runs only between calls: nothing kept then. */
+	rx_keep_drop(qp);
+	return ret;
 }

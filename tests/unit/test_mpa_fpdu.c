@@ -554,6 +554,80 @@ Test(mpa_fpdu, every_single_bit_flip_is_detected_with_crc)
 	cr_log_info("%zu single-bit flips detected", flips);
 }
 
+/* A header kept right after the scratch (as the QP's transmit batch
+ * keeps its DDP header) shares the length field's iovec, and pad + CRC
+ * share one: three iovecs for header, payload and trailer. */
+Test(mpa_fpdu, adjacent_pieces_share_an_iovec)
+{
+	struct {
+		struct mpa_fpdu_scratch scr;
+		uint8_t hdr[14];
+	} f;
+	uint8_t pay[1001];
+	struct iovec in[2] = { { f.hdr, sizeof(f.hdr) }, { pay, sizeof(pay) } };
+	struct iovec out[8];
+	uint8_t wire[1100], again[1100], enc[1100];
+	size_t wl = 0;
+	struct mpa_tx tx, tx2;
+	int n;
+
+	_Static_assert(offsetof(__typeof__(f), hdr) == sizeof(f.scr),
+		       "no padding between scratch and header");
+	fill_pattern(f.hdr, sizeof(f.hdr), 3);
+	fill_pattern(pay, sizeof(pay), 4);
+	mpa_tx_init(&tx, true, false);
+	n = mpa_fpdu_frame(&tx, in, 2, &f.scr, out, 8);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(out[0].iov_base, f.scr.len);
+	cr_assert_eq(out[0].iov_len, MPA_LEN_FIELD + sizeof(f.hdr));
+	cr_assert_eq(out[1].iov_base, pay);
+	cr_assert_eq(out[2].iov_len, 3 + MPA_CRC_LEN);  /* 2 + 1015 + 3 pad */
+	for (int i = 0; i < n; i++) {
+		memcpy(wire + wl, out[i].iov_base, out[i].iov_len);
+		wl += out[i].iov_len;
+	}
+	/* The same octets as framing one contiguous ULPDU. */
+	memcpy(again, f.hdr, sizeof(f.hdr));
+	memcpy(again + sizeof(f.hdr), pay, sizeof(pay));
+	mpa_tx_init(&tx2, true, false);
+	cr_assert_eq(mpa_fpdu_encode(&tx2, again, sizeof(f.hdr) + sizeof(pay),
+				     enc, sizeof(enc)),
+		     (int)wl);
+	cr_assert_arr_eq(enc, wire, wl);
+}
+
+/* An FPDU that arrives whole with a bad CRC hands out none of its
+ * ULPDU (RFC 5044 4.4: an invalid FPDU), with or without earlier good
+ * FPDUs in the same input. */
+Test(mpa_fpdu, whole_fpdu_with_bad_crc_hands_out_nothing)
+{
+	uint8_t stream[3000], ulpdu[600];
+	struct mpa_rx_event ev;
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	size_t len, first;
+	long r;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 9);
+	mpa_tx_init(&tx, true, false);
+	first = put_fpdu(&tx, stream, 0, ulpdu, sizeof(ulpdu));
+	len = put_fpdu(&tx, stream, first, ulpdu, 401);
+	stream[len - 1] ^= 0x10;               /* the second one's CRC */
+	mpa_rx_init(&rx, true, false, 1454);
+	r = mpa_rx_feed(&rx, stream, len, &ev);
+	cr_assert_eq(r, 2 + (long)sizeof(ulpdu));
+	cr_assert_eq(ev.type, MPA_RX_EV_DATA);
+	cr_assert_eq(ev.len, sizeof(ulpdu), "the whole ULPDU in one run");
+	cr_assert_arr_eq(ev.data, ulpdu, sizeof(ulpdu));
+	r = mpa_rx_feed(&rx, stream + r, len - (size_t)r, &ev);
+	cr_assert_eq(r, (long)(first - 2 - sizeof(ulpdu)));
+	cr_assert_eq(ev.type, MPA_RX_EV_FPDU);
+	cr_assert_eq(mpa_rx_feed(&rx, stream + first, len - first, &ev),
+		     -EPROTO);
+	cr_assert_eq(ev.type, MPA_RX_EV_NONE);
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_CRC);
+}
+
 Test(mpa_fpdu, ulpdu_length_above_limit)
 {
 	uint8_t wire[2000];

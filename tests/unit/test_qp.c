@@ -747,6 +747,66 @@ Test(qp, read_request_refused_without_remote_read_on_the_qp)
 	rr_qp_free(qp);
 }
 
+/* A WRITE of three 100-octet segments to MR 0 at offset at, framed
+ * back to back (CRC off) into out; returns the stream length. */
+static size_t kept_write_stream(uint8_t *out, size_t cap, uint64_t at)
+{
+	size_t len = 0;
+
+	for (int k = 0; k < 3; k++) {
+		struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+		uint8_t ulpdu[HDR_MAX_TEST + 100];
+		struct mpa_tx tx;
+		int hl, n;
+
+		h.ddp.tagged = true;
+		h.ddp.last = k == 2;
+		h.ddp.t.stag = rr_mr[0].stag;
+		h.ddp.t.to = rr_mr[0].iova + at + 100 * (uint64_t)k;
+		hl = rdmap_hdr_build(&h, ulpdu, HDR_MAX_TEST);
+		cr_assert_gt(hl, 0);
+		memset(ulpdu + hl, 0x20 + k, 100);
+		mpa_tx_init(&tx, false, false);
+		n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + 100, out + len,
+				    cap - len);
+		cr_assert_gt(n, 0);
+		len += (size_t)n;
+	}
+	return len;
+}
+
+/* The segments of a WRITE that arrive in one read share one reference
+ * on their MR; it lasts no longer than that read: an FPDU cut by the
+ * read keeps one, a finished one none, and a segment after the MR was
+ * unpublished is refused (Invalid STag). */
+Test(qp, mr_reference_kept_across_segments_only_within_a_read)
+{
+	struct rdmap_qp *qp = acc_qp(RDMAP_ACC_REMOTE_WRITE, false);
+	uint8_t stream[512];
+	size_t len = kept_write_stream(stream, sizeof(stream), 0);
+	size_t cut = len - 50;
+
+	/* Two whole segments and half of the third in one read. */
+	feed(qp, stream, cut);
+	cr_assert_eq(rr_mr[0].slot->word & RDMAP_SLOT_REFS, 1,
+		     "only the cut FPDU holds a reference between reads");
+	feed(qp, stream + cut, len - cut);
+	cr_assert_eq(rr_mr[0].slot->word & RDMAP_SLOT_REFS, 0);
+	for (int i = 0; i < 300; i++)
+		cr_assert_eq(rr_mem[0][i], 0x20 + i / 100);
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS);
+
+	/* Unpublished between reads: nothing kept, the next WRITE is
+	 * refused and places nothing. */
+	cr_assert(!rdmap_stag_unpublish(&g_t, &rr_mr[0]), "no references");
+	len = kept_write_stream(stream, sizeof(stream), 300);
+	feed(qp, stream, len);
+	rr_expect_terminate(qp, TERM_T_STAG);
+	for (int i = 300; i < 600; i++)
+		cr_assert_eq(rr_mem[0][i], RR_FILL);
+	rr_qp_free(qp);
+}
+
 Test(qp, zero_length_rtr_messages_need_no_qp_access)
 {
 	/* The RFC 6581 RTRs touch no memory: a QP that grants nothing
