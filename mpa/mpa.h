@@ -327,6 +327,7 @@ enum mpa_rx_state {
 	MPA_RX_ULPDU,     /* handing out ULPDU octets */
 	MPA_RX_PAD,       /* pad octets */
 	MPA_RX_CRC,       /* CRC octets */
+	MPA_RX_TRAILER,   /* pad + CRC of an FPDU checked whole, skipped */
 	MPA_RX_FAILED,    /* a fault was reported; stays here */
 };
 
@@ -378,7 +379,8 @@ struct mpa_rx_event {
  * DATA runs never cross a marker, so they are contiguous ULPDU octets;
  * the CRC has already been updated over them. An FPDU event follows the
  * last DATA run of a ULPDU once pad and CRC are checked (a zero-length
- * ULPDU yields only the FPDU event).
+ * ULPDU yields only the FPDU event). Without markers, an FPDU that the
+ * input holds whole has its CRC checked before its one DATA run.
  */
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev);

@@ -593,6 +593,62 @@ Test(mpa_fpdu, ulpdu_done_and_error_accessors)
 	cr_assert_eq(mpa_rx_error(NULL), MPA_ERR_NONE);
 }
 
+Test(mpa_fpdu, whole_fpdus_in_one_buffer_come_out_in_one_run_each)
+{
+	uint8_t ulpdu[37], wire[256];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+	size_t len = 0, at = 0;
+	long r;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 9);
+	mpa_tx_init(&tx, true, false);
+	len = put_fpdu(&tx, wire, len, ulpdu, sizeof(ulpdu));
+	len = put_fpdu(&tx, wire, len, ulpdu, 8);
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	for (int k = 0; k < 2; k++) {
+		size_t ulen = k ? 8 : sizeof(ulpdu);
+
+		r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+		cr_assert_eq(r, (long)(2 + ulen), "length field and ULPDU");
+		cr_assert_eq(ev.type, MPA_RX_EV_DATA);
+		cr_assert_eq(ev.ulpdu_off, 0);
+		cr_assert_eq(ev.len, ulen, "the whole ULPDU in one run");
+		cr_assert_arr_eq(ev.data, ulpdu, ulen);
+		cr_assert_eq(mpa_rx_ulpdu_done(&rx), ulen);
+		cr_assert_eq(mpa_rx_contig(&rx), 0);
+		at += (size_t)r;
+		/* Pad and CRC, cut in two: the FPDU event after the last. */
+		r = mpa_rx_feed(&rx, wire + at, 1, &ev);
+		cr_assert_eq(r, 1);
+		cr_assert_eq(ev.type, MPA_RX_EV_NONE);
+		at += 1;
+		r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+		cr_assert_eq(ev.type, MPA_RX_EV_FPDU);
+		cr_assert_eq(ev.ulpdu_len, ulen);
+		at += (size_t)r;
+		cr_assert_eq(at % 4, 0, "FPDUs end on 4-octet boundaries");
+	}
+	cr_assert_eq(at, len);
+
+	/* A bad CRC on an FPDU held whole: nothing of it is handed out. */
+	wire[len - 1] ^= 0x10;
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	at = 0;
+	for (;;) {
+		r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+		if (r < 0)
+			break;
+		cr_assert(ev.type != MPA_RX_EV_DATA || at < 44,
+			  "no DATA from the FPDU with the bad CRC");
+		at += (size_t)r;
+	}
+	cr_assert_eq(r, -EPROTO);
+	cr_assert_eq(at, 44, "failed at the start of the second FPDU");
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_CRC);
+}
+
 /* ---- tampering ----------------------------------------------------------- */
 
 Test(mpa_fpdu, every_single_bit_flip_is_detected_with_crc)
