@@ -466,6 +466,18 @@ static enum rx_state rx_header(struct rdmap_qp *qp)
  * octets is the normal case for a header cut by recv(). */
 static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
 {
+	/* The whole header in the input, as it nearly always is: one copy
+	 * into the aligned header area and on. */
+	if (qp->hdr_have == 0 && in->len >= 2) {
+		uint32_t need = rx_hdr_need(in->data, 2);
+
+		if (in->len >= need && need <= qp->ulpdu_len) {
+			memcpy(qp->hdr, in->data, need);
+			qp->hdr_have = need;
+			rx_consume(in, need);
+			return rx_header(qp);
+		}
+	}
 	for (;;) {
 		uint32_t need = rx_hdr_need(qp->hdr, qp->hdr_have);
 		size_t take;
