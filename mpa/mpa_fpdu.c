@@ -153,12 +153,9 @@ static int frame_flat(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	}
 	/* RFC 5044 4.4: pad octets are zero, and the CRC covers the FPDU
 	 * from ULPDU_Length to the end of PAD. */
-	memset(p, 0, pad);
-	p += pad;
-	if (tx->crc)
-		mpa_crc_put(p, mpa_crc32c(scr->flat, body));
-	else
-		memset(p, 0, MPA_CRC_LEN);
+	for (uint32_t i = 0; i < pad; i++)
+		*p++ = 0;
+	mpa_crc_put(p, tx->crc ? mpa_crc32c(scr->flat, body) : 0);
 	out[0].iov_base = scr->flat;
 	out[0].iov_len = body + MPA_CRC_LEN;
 	tx->stream_off += body + MPA_CRC_LEN;
