@@ -277,6 +277,10 @@ void mpa_tx_init(struct mpa_tx *tx, bool crc, bool markers);
 	((MPA_LEN_FIELD + MPA_ULPDU_MAX + 3 + MPA_CRC_LEN) / \
 	 (MPA_MARKER_SPACING - MPA_MARKER_LEN) + 2)
 
+/* Largest FPDU (wire octets) that mpa_fpdu_frame() lays out whole in its
+ * scratch when markers are off. */
+#define MPA_FPDU_FLAT_MAX 256
+
 /*
  * Framing octets that mpa_fpdu_frame() writes; live until the send is done.
  * len is the last member and the struct has no padding (byte arrays
@@ -287,16 +291,24 @@ void mpa_tx_init(struct mpa_tx *tx, bool crc, bool markers);
  */
 struct mpa_fpdu_scratch {
 	uint8_t trailer[3 + MPA_CRC_LEN];       /* pad + CRC */
-	uint8_t markers[MPA_MAX_MARKERS_PER_FPDU][MPA_MARKER_LEN];
+	union {
+		uint8_t markers[MPA_MAX_MARKERS_PER_FPDU][MPA_MARKER_LEN];
+		uint8_t flat[MPA_FPDU_FLAT_MAX]; /* a whole small FPDU */
+	};
 	uint8_t len[MPA_LEN_FIELD];
 };
+
+_Static_assert(MPA_FPDU_FLAT_MAX <= MPA_MAX_MARKERS_PER_FPDU * MPA_MARKER_LEN,
+	       "the flat FPDU shares the markers' room, unused without them");
 
 /*
  * Frame one ULPDU (given as ulpdu[0..n)) as an FPDU. On success writes up
  * to out_cap iovecs to out (length field, ULPDU pieces split around markers,
  * markers, pad + CRC) and returns their count; the iovecs point at the
  * caller's ULPDU buffers and at scr, and pieces that follow each other in
- * memory share one iovec (see struct mpa_fpdu_scratch). Advances
+ * memory share one iovec (see struct mpa_fpdu_scratch). Without markers,
+ * an FPDU of at most MPA_FPDU_FLAT_MAX octets is instead copied whole
+ * into scr (the ULPDU is read now) and comes out as one iovec. Advances
  * tx->stream_off.
  * Returns -EMSGSIZE if the ULPDU is longer than MPA_ULPDU_SEND_MAX,
  * -ENOSPC if out_cap is too small (tx is then unchanged).

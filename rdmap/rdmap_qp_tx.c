@@ -513,6 +513,10 @@ int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
 
 	if (qp->b_sent < qp->b_total)
 		return tx_view(qp, iov, cap);
+	/* Nothing to send, as after nearly every send of a ping-pong (the
+	 * sender asks once more): no batch to set up. */
+	if (!rdmap_qp_tx_pending(qp))
+		return 0;
 	if (!qp->fp_big && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
 	    tx_wants_big(qp))
 		batch_grow(qp);

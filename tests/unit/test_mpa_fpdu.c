@@ -137,16 +137,102 @@ Test(mpa_fpdu, too_long_and_no_room)
 
 Test(mpa_fpdu, frame_reports_short_iovec_array)
 {
-	uint8_t a[100] = { 0 };
+	uint8_t a[MPA_FPDU_FLAT_MAX + 100] = { 0 };
 	struct iovec in = { a, sizeof(a) };
 	struct iovec out[2];
 	struct mpa_fpdu_scratch scr;
 	struct mpa_tx tx;
 
 	mpa_tx_init(&tx, true, false);
-	/* len + data + CRC need three iovecs. */
+	/* Too large to go flat: len + data + CRC need three iovecs. */
 	cr_assert_eq(mpa_fpdu_frame(&tx, &in, 1, &scr, out, 2), -ENOSPC);
 	cr_assert_eq(tx.stream_off, 0);
+}
+
+/* The FPDU for data[0..len), built here octet by octet (RFC 5044 4):
+ * ULPDU_Length big-endian, the ULPDU, zero pad to a multiple of 4, the
+ * CRC32c of all that least significant octet first (0 without CRC). */
+static size_t reference_fpdu(const uint8_t *data, size_t len, bool crc,
+			     uint8_t *out)
+{
+	size_t n = 0;
+	uint32_t c;
+
+	out[n++] = (uint8_t)(len >> 8);
+	out[n++] = (uint8_t)len;
+	memcpy(out + n, data, len);
+	n += len;
+	while (n % 4)
+		out[n++] = 0;
+	c = crc ? mpa_crc32c(out, n) : 0;
+	for (int i = 0; i < 4; i++)
+		out[n++] = (uint8_t)(c >> (8 * i));
+	return n;
+}
+
+Test(mpa_fpdu, small_fpdu_is_one_iovec_with_the_same_octets)
+{
+	static uint8_t data[MPA_FPDU_FLAT_MAX + 40];
+	static uint8_t want[MPA_FPDU_FLAT_MAX + 64], got[MPA_FPDU_FLAT_MAX + 64];
+
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 7 + 3);
+	for (int crc = 0; crc < 2; crc++) {
+		for (size_t len = 0; len < sizeof(data); len++) {
+			/* Up to three pieces, as header + SGEs come. */
+			size_t a = len / 3, b = len / 2;
+			struct iovec in[3] = {
+				{ data, a }, { data + a, b - a },
+				{ data + b, len - b },
+			};
+			struct iovec out[8];
+			struct mpa_fpdu_scratch scr;
+			struct mpa_tx tx;
+			size_t wlen = reference_fpdu(data, len, crc, want);
+			size_t glen = 0;
+			int n;
+
+			mpa_tx_init(&tx, crc, false);
+			tx.stream_off = 1000;
+			n = mpa_fpdu_frame(&tx, in, 3, &scr, out, 8);
+			cr_assert_gt(n, 0);
+			cr_assert_eq(n == 1, wlen <= MPA_FPDU_FLAT_MAX,
+				     "%zu octets: %d iovecs", len, n);
+			for (int i = 0; i < n; i++) {
+				memcpy(got + glen, out[i].iov_base,
+				       out[i].iov_len);
+				glen += out[i].iov_len;
+			}
+			cr_assert_eq(glen, wlen, "%zu octets", len);
+			cr_assert_arr_eq(got, want, wlen, "%zu octets, crc %d",
+					 len, crc);
+			cr_assert_eq(tx.stream_off, 1000 + wlen);
+		}
+	}
+}
+
+Test(mpa_fpdu, flat_fpdu_is_a_copy_and_markers_never_go_flat)
+{
+	uint8_t data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	uint8_t want[32];
+	struct iovec in = { data, sizeof(data) };
+	struct iovec out[8];
+	struct mpa_fpdu_scratch scr;
+	struct mpa_tx tx;
+	size_t wlen = reference_fpdu(data, sizeof(data), true, want);
+
+	mpa_tx_init(&tx, true, false);
+	cr_assert_eq(mpa_fpdu_frame(&tx, &in, 1, &scr, out, 8), 1);
+	/* The ULPDU was read when framed: changing it now changes nothing
+	 * that goes out. */
+	memset(data, 0xee, sizeof(data));
+	cr_assert_eq(out[0].iov_len, wlen);
+	cr_assert_arr_eq(out[0].iov_base, want, wlen);
+
+	/* With markers the layout stays gathered (marker, length, data,
+	 * CRC at least), whatever the size. */
+	mpa_tx_init(&tx, true, true);
+	cr_assert_geq(mpa_fpdu_frame(&tx, &in, 1, &scr, out, 8), 4);
 }
 
 /* ---- known answers ------------------------------------------------------ */
@@ -505,6 +591,62 @@ Test(mpa_fpdu, ulpdu_done_and_error_accessors)
 	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_CRC);
 	cr_assert_eq(mpa_rx_ulpdu_done(NULL), 0);
 	cr_assert_eq(mpa_rx_error(NULL), MPA_ERR_NONE);
+}
+
+Test(mpa_fpdu, whole_fpdus_in_one_buffer_come_out_in_one_run_each)
+{
+	uint8_t ulpdu[37], wire[256];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+	size_t len = 0, at = 0;
+	long r;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 9);
+	mpa_tx_init(&tx, true, false);
+	len = put_fpdu(&tx, wire, len, ulpdu, sizeof(ulpdu));
+	len = put_fpdu(&tx, wire, len, ulpdu, 8);
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	for (int k = 0; k < 2; k++) {
+		size_t ulen = k ? 8 : sizeof(ulpdu);
+
+		r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+		cr_assert_eq(r, (long)(2 + ulen), "length field and ULPDU");
+		cr_assert_eq(ev.type, MPA_RX_EV_DATA);
+		cr_assert_eq(ev.ulpdu_off, 0);
+		cr_assert_eq(ev.len, ulen, "the whole ULPDU in one run");
+		cr_assert_arr_eq(ev.data, ulpdu, ulen);
+		cr_assert_eq(mpa_rx_ulpdu_done(&rx), ulen);
+		cr_assert_eq(mpa_rx_contig(&rx), 0);
+		at += (size_t)r;
+		/* Pad and CRC, cut in two: the FPDU event after the last. */
+		r = mpa_rx_feed(&rx, wire + at, 1, &ev);
+		cr_assert_eq(r, 1);
+		cr_assert_eq(ev.type, MPA_RX_EV_NONE);
+		at += 1;
+		r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+		cr_assert_eq(ev.type, MPA_RX_EV_FPDU);
+		cr_assert_eq(ev.ulpdu_len, ulen);
+		at += (size_t)r;
+		cr_assert_eq(at % 4, 0, "FPDUs end on 4-octet boundaries");
+	}
+	cr_assert_eq(at, len);
+
+	/* A bad CRC on an FPDU held whole: nothing of it is handed out. */
+	wire[len - 1] ^= 0x10;
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	at = 0;
+	for (;;) {
+		r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+		if (r < 0)
+			break;
+		cr_assert(ev.type != MPA_RX_EV_DATA || at < 44,
+			  "no DATA from the FPDU with the bad CRC");
+		at += (size_t)r;
+	}
+	cr_assert_eq(r, -EPROTO);
+	cr_assert_eq(at, 44, "failed at the start of the second FPDU");
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_CRC);
 }
 
 /* ---- tampering ----------------------------------------------------------- */
