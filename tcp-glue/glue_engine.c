@@ -562,10 +562,11 @@ static int trim_timeout(struct glue_engine *e, int timeout)
  * that yield, tens in a second of 20,000 windows), so the engine keeps a
  * score of recent passes, each late one adding BP_LATE_ONE and each pass
  * taking an eighth away, and holds off when a late pass finds the score
- * at BP_LATE_HOLD or above: three late passes in a row, or about one in
- * four for a while. Beside threads that spin without yielding
- * (perftest) nearly every pass is late; the score only decays while the
- * engine spins, so after a hold the first late pass holds off again.
+ * at BP_LATE_HOLD or above: a second late pass within six passes of
+ * the first. Beside threads that spin without yielding (perftest), or
+ * other processes that want the CPUs, late passes come together; the
+ * score only decays while the engine spins, so after a hold the first
+ * late pass holds off again.
  *
  * While it spins, the engine reads the socket that last brought octets
  * itself (bp_hot_recv) and leaves its readiness wait unarmed (rx_lazy):
@@ -583,7 +584,7 @@ static int trim_timeout(struct glue_engine *e, int timeout)
 #define BP_HOLD_MIN_NS  10000000        /* 10 ms */
 #define BP_HOLD_MAX_NS  1000000000      /* 1 s */
 #define BP_LATE_ONE     256             /* a late pass adds this */
-#define BP_LATE_HOLD    512             /* a late pass at this: busy */
+#define BP_LATE_HOLD    128             /* a late pass at this: busy */
 
 int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us)
 {
