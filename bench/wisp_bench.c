@@ -957,13 +957,12 @@ static uint64_t mem_wait_atomic(_Atomic uint64_t *w, uint64_t v,
 
 static void mem_end_start(struct mem_end *e, int fd, enum mem_reader kind)
 {
-	int ret;
-
 	e->fd = fd;
 	e->kind = kind;
 	atomic_init(&e->word, 0);
 	if (kind == MEM_URING) {
-		ret = io_uring_queue_init(4, &e->ring, 0);
+		int ret = io_uring_queue_init(4, &e->ring, 0);
+
 		if (ret)
 			die("io_uring_queue_init: %s", strerror(-ret));
 	}
