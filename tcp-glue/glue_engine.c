@@ -1311,7 +1311,13 @@ static bool bp_hot_recv(struct glue_engine *e)
 	bool got = false;
 	int r;
 
-	if (!c || c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
+	if (!c)
+		return false;
+	/* Closing (it is read until the peer's end) or going: no longer
+	 * read here, so it waits for readiness again. */
+	if (conn_state(c) != GLUE_CONN_OPEN)
+		bp_arm_lazy(e, c);
+	if (c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
 	    conn_state(c) != GLUE_CONN_OPEN || app_polls(c))
 		return false;
 	if (pthread_mutex_trylock(&c->rx_lock))
