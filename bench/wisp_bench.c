@@ -25,7 +25,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <linux/io_uring.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -82,6 +82,22 @@ static const char *const poll_name[] = {
 	[POLL_BUSY] = "busy",
 	[POLL_YIELD] = "yield",
 	[POLL_EVENT] = "event",
+};
+
+/* How the memory-polling TCP baseline's reader threads wait
+ * (tcp_mem_lat). */
+enum mem_reader { MEM_RECV, MEM_URING, MEM_SPIN, MEM_READERS };
+
+static const char *const mem_reader_name[MEM_READERS] = {
+	[MEM_RECV] = "recv",
+	[MEM_URING] = "io_uring",
+	[MEM_SPIN] = "spin",
+};
+
+static const char *const mem_reader_csv[MEM_READERS] = {
+	[MEM_RECV] = "recv",
+	[MEM_URING] = "uring",
+	[MEM_SPIN] = "spin",
 };
 
 enum test_id {
@@ -146,6 +162,8 @@ struct results {
 	struct meas tcp[T_COUNT];
 	/* ping-pongs: TCP waiting as wisp does */
 	struct meas tcp_polled[T_COUNT];
+	/* WRITE ping-pong: TCP whose receivers poll memory (the floor) */
+	struct meas tcp_mem[MEM_READERS][T_COUNT];
 };
 
 /* ------------------------------------------------------------------ */
@@ -785,6 +803,243 @@ static void tcp_lat(const struct cfg *c, enum poll_mode mode, struct meas *m)
 	lat_stats(rtt, k.n, m);
 	close(cli);
 	close(echo.fd);
+	free(rtt);
+}
+
+/*
+ * The memory-polling TCP ping-pong: the floor of any user-space stack
+ * whose receivers spin on memory (ib_write_lat) on this host. As with
+ * wisp's WRITE ping-pong, the application thread of each end never reads
+ * its socket: it spins on a word in memory (c->lat_poll: busy, or
+ * sched_yield() between looks) and, once the word holds the number it
+ * waits for, sends the next one itself (as wisp posts a WRITE on the
+ * application's thread). A reader thread per end, standing in for a
+ * stack's progress thread, waits on the socket and stores what arrives
+ * into that word. So each message costs what wisp's cannot avoid with
+ * such receivers, one wake-up of a waiting thread, and nothing of
+ * wisp's own (no framing, no placement, no engine bookkeeping). Two
+ * ways to wait, as wisp's engines do: a blocking recv(), or io_uring
+ * with one IORING_OP_RECV in flight (the octets arrive with the
+ * completion; wisp's io_uring engine waits for readiness, then reads).
+ * A third reader never sleeps (recv(MSG_DONTWAIT), sched_yield() when
+ * empty, as wisp's engine does in a busy-poll window): the floor of a
+ * stack whose progress thread spins without end.
+ */
+struct mem_end {
+	int fd;
+	enum mem_reader kind;
+	/* What the reader received last: stored with release by the
+	 * reader, loaded with acquire by the application thread. */
+	_Atomic uint64_t word;
+	struct io_uring ring;
+	pthread_t reader;
+};
+
+/* Receive 8 octets into *v through the end's io_uring; false at the end
+ * of the stream. */
+static bool mem_uring_recv8(struct mem_end *e, uint64_t *v)
+{
+	uint8_t *p = (uint8_t *)v;
+	size_t got = 0;
+
+	while (got < sizeof(*v)) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+		struct io_uring_cqe *cqe;
+		int ret, res;
+
+		if (!sqe)
+			die("io_uring: no SQE");
+		io_uring_prep_recv(sqe, e->fd, p + got, sizeof(*v) - got, 0);
+		ret = io_uring_submit_and_wait(&e->ring, 1);
+		if (ret < 0 && ret != -EINTR)
+			die("io_uring_submit_and_wait: %s", strerror(-ret));
+		ret = io_uring_wait_cqe(&e->ring, &cqe);
+		if (ret)
+			die("io_uring_wait_cqe: %s", strerror(-ret));
+		res = cqe->res;
+		io_uring_cqe_seen(&e->ring, cqe);
+		if (res == -EINTR || res == -EAGAIN)
+			continue;
+		if (res < 0)
+			die("io_uring recv: %s", strerror(-res));
+		if (res == 0)
+			return false;
+		got += (size_t)res;
+	}
+	return true;
+}
+
+/* Receive 8 octets into *v with blocking recv(); false at the end. */
+static bool mem_recv8(int fd, uint64_t *v)
+{
+	uint8_t *p = (uint8_t *)v;
+	size_t got = 0;
+
+	while (got < sizeof(*v)) {
+		ssize_t n = recv(fd, p + got, sizeof(*v) - got, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("TCP recv: %s", strerror(errno));
+		if (n == 0)
+			return false;
+		got += (size_t)n;
+	}
+	return true;
+}
+
+/* Receive 8 octets into *v without sleeping: recv(MSG_DONTWAIT),
+ * sched_yield() when there is nothing; false at the end. */
+static bool mem_spin8(int fd, uint64_t *v)
+{
+	uint8_t *p = (uint8_t *)v;
+	size_t got = 0;
+
+	while (got < sizeof(*v)) {
+		ssize_t n = recv(fd, p + got, sizeof(*v) - got, MSG_DONTWAIT);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			sched_yield();
+			continue;
+		}
+		if (n < 0)
+			die("TCP recv: %s", strerror(errno));
+		if (n == 0)
+			return false;
+		got += (size_t)n;
+	}
+	return true;
+}
+
+/* The reader thread: each word received goes into e->word, until
+ * STOP_WORD or the end of the stream. */
+static void *mem_reader_main(void *arg)
+{
+	struct mem_end *e = arg;
+	uint64_t v;
+
+	for (;;) {
+		bool ok = e->kind == MEM_URING ? mem_uring_recv8(e, &v) :
+			  e->kind == MEM_SPIN ? mem_spin8(e->fd, &v) :
+			  mem_recv8(e->fd, &v);
+
+		if (!ok)
+			return NULL;
+		atomic_store_explicit(&e->word, v, memory_order_release);
+		if (v == STOP_WORD)
+			return NULL;
+	}
+}
+
+/* mem_wait() for the baseline's word. */
+static uint64_t mem_wait_atomic(_Atomic uint64_t *w, uint64_t v,
+				enum poll_mode mode, const char *what)
+{
+	uint64_t give_up = 0;
+	unsigned int spins = 0;
+
+	for (;;) {
+		uint64_t x = atomic_load_explicit(w, memory_order_acquire);
+
+		if (x == v || x == STOP_WORD)
+			return x;
+		if (mode != POLL_BUSY)
+			sched_yield();
+		if (++spins % 4096)
+			continue;
+		if (!give_up)
+			give_up = now_ns() + STALL_MS * 1000000ull;
+		else if (now_ns() > give_up)
+			die("%s: nothing received for %d ms", what, STALL_MS);
+	}
+}
+
+static void mem_end_start(struct mem_end *e, int fd, enum mem_reader kind)
+{
+	e->fd = fd;
+	e->kind = kind;
+	atomic_init(&e->word, 0);
+	if (kind == MEM_URING) {
+		int ret = io_uring_queue_init(4, &e->ring, 0);
+
+		if (ret)
+			die("io_uring_queue_init: %s", strerror(-ret));
+	}
+	if (pthread_create(&e->reader, NULL, mem_reader_main, e))
+		die("pthread_create failed");
+}
+
+static void mem_end_stop(struct mem_end *e)
+{
+	pthread_join(e->reader, NULL);
+	if (e->kind == MEM_URING)
+		io_uring_queue_exit(&e->ring);
+	close(e->fd);
+}
+
+struct mem_echo_args {
+	struct mem_end *end;
+	enum poll_mode mode;
+};
+
+/* The echoing end's application thread. */
+static void *tcp_mem_echo(void *arg)
+{
+	struct mem_echo_args *a = arg;
+
+	for (uint64_t i = 1;; i++) {
+		uint64_t v = mem_wait_atomic(&a->end->word, i, a->mode,
+					     "TCP memory-polling echo");
+
+		if (v == STOP_WORD)
+			return NULL;
+		send_all(a->end->fd, &v, sizeof(v));
+	}
+}
+
+static void tcp_mem_lat(const struct cfg *c, enum mem_reader kind,
+			struct meas *m)
+{
+	struct mem_end a, b;
+	struct mem_echo_args echo = { &b, c->lat_poll };
+	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
+	uint64_t stop = STOP_WORD, t;
+	struct lat_clock k;
+	pthread_t th;
+	double c0;
+	int cli, srv;
+
+	if (!rtt)
+		die("out of memory");
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	tcp_pair(&cli, &srv, true);
+	mem_end_start(&a, cli, kind);
+	mem_end_start(&b, srv, kind);
+	if (pthread_create(&th, NULL, tcp_mem_echo, &echo))
+		die("pthread_create failed");
+	c0 = cpu_s();
+	lat_clock_start(&k, c);
+	while ((t = lat_clock_next(&k, c))) {
+		uint64_t v = k.i + 1, got;
+
+		send_all(cli, &v, sizeof(v));
+		got = mem_wait_atomic(&a.word, v, c->lat_poll,
+				      "TCP memory-polling ping-pong");
+		if (got != v)
+			die("TCP memory-polling ping-pong: got %" PRIu64
+			    ", expected %" PRIu64, got, v);
+		lat_clock_done(&k, rtt, t);
+	}
+	m->cpu = (cpu_s() - c0) / ((double)(now_ns() - k.t0) / 1e9);
+	/* b's reader and application thread end on STOP_WORD; closing
+	 * b's socket then ends a's reader. */
+	send_all(cli, &stop, sizeof(stop));
+	pthread_join(th, NULL);
+	mem_end_stop(&b);
+	mem_end_stop(&a);
+	lat_stats(rtt, k.n, m);
 	free(rtt);
 }
 
@@ -1447,6 +1702,33 @@ static void print_row(const char *title, const char *engine, double w,
 	       target);
 }
 
+/* The floor of the memory-polling ping-pong against each engine's SEND
+ * ping-pong: a floor above 1.3 x says that no design with a wake-up per
+ * message meets issue 13's goal on this host. */
+static void print_floor(const struct cfg *c, const struct results *r)
+{
+	if (!c->run[T_WRITE_LAT] || !c->run[T_SEND_LAT])
+		return;
+	for (int k = 0; k < MEM_READERS; k++) {
+		const struct meas *fl = &r->tcp_mem[k][T_WRITE_LAT];
+		char row[40];
+
+		if (!fl->done)
+			continue;
+		for (int e = 0; e < c->n_engines; e++) {
+			const struct meas *snd = &r->wisp[e][T_SEND_LAT];
+
+			if (!snd->done)
+				continue;
+			snprintf(row, sizeof(row), "floor (%s) vs SEND",
+				 mem_reader_name[k]);
+			print_row(row, engine_label(c->engine[e]), fl->value,
+				  snd->value, "us", 2,
+				  lat_target(fl->value / snd->value, 1.3));
+		}
+	}
+}
+
 static void print_table(const struct cfg *c, const struct results *r)
 {
 	printf("\n%-26s %-9s %14s %14s %7s   %s\n", "test", "engine", "wisp",
@@ -1498,15 +1780,35 @@ static void print_table(const struct cfg *c, const struct results *r)
 					  w->value, snd->value, "us", 2,
 					  lat_target(w->value / snd->value,
 						     1.3));
+			for (int k = 0; t == T_WRITE_LAT && k < MEM_READERS;
+			     k++) {
+				const struct meas *fl = &r->tcp_mem[k][t];
+
+				if (!fl->done)
+					continue;
+				snprintf(row, sizeof(row), "  vs floor %s, "
+					 "median", mem_reader_name[k]);
+				print_row(row, eng, w->value, fl->value, "us",
+					  2, "");
+				snprintf(row, sizeof(row), "  vs floor %s, "
+					 "p99", mem_reader_name[k]);
+				print_row(row, eng, w->p99, fl->p99, "us", 2,
+					  "");
+			}
 		}
 	}
+	print_floor(c, r);
 	printf("\nGbit/s = 10^9 bit/s of payload; latency = round trip / 2. "
 	       "Ratio = wisp / raw TCP.\nCPU per GiB moved: CPU seconds of "
 	       "the whole process (both ends) per 2^30 payload octets.\n"
 	       "raw TCP latency: blocking sockets; "
 	       "\"TCP polled\": MSG_DONTWAIT, waiting as wisp does (%s).\n"
 	       "WRITE ping-pong: each side polls the word the peer writes, "
-	       "no CQ (ib_write_lat).\n",
+	       "no CQ (ib_write_lat).\n"
+	       "floor: TCP ping-pong whose receivers poll memory, as the "
+	       "WRITE ping-pong's do:\n  a reader thread per end waits on "
+	       "the socket (recv or io_uring; spin: never sleeps) and "
+	       "stores each word.\n",
 	       poll_name[c->lat_poll]);
 }
 
@@ -1581,6 +1883,23 @@ static void write_csv(const struct cfg *c, const struct results *r,
 				csv_row(f, run, u.nodename, eng, c, ti,
 					"p50_send_lat", "us", w->value,
 					snd->value, w, snd);
+			/* The "tcp" column holds the memory-polling floor's. */
+			for (int k = 0; t == T_WRITE_LAT && k < MEM_READERS;
+			     k++) {
+				const struct meas *fl = &r->tcp_mem[k][t];
+				char p50[32], p99[32];
+
+				if (!fl->done)
+					continue;
+				snprintf(p50, sizeof(p50), "p50_floor_%s",
+					 mem_reader_csv[k]);
+				snprintf(p99, sizeof(p99), "p99_floor_%s",
+					 mem_reader_csv[k]);
+				csv_row(f, run, u.nodename, eng, c, ti, p50,
+					"us", w->value, fl->value, w, fl);
+				csv_row(f, run, u.nodename, eng, c, ti, p99,
+					"us", w->p99, fl->p99, w, fl);
+			}
 		}
 	}
 	if (fclose(f))
@@ -1963,15 +2282,26 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	case T_SEND_LAT:
 	case T_WRITE_LAT:
 		tcp_lat(c, POLL_EVENT, &run);
-		if (c->lat_poll == POLL_EVENT)
-			break;
-		{
+		if (c->lat_poll != POLL_EVENT) {
 			struct meas polled = { 0 };
 
 			fprintf(stderr, "  raw TCP        %s, polled ...\n",
 				tests[t].title);
 			tcp_lat(c, c->lat_poll, &polled);
 			keep_best(&r->tcp_polled[t], &polled, t);
+		}
+		if (t != T_WRITE_LAT)
+			break;
+		for (int k = 0; k < MEM_READERS; k++) {
+			struct meas mem = { 0 };
+
+			if (k == MEM_URING && !uring_allowed())
+				continue;
+			fprintf(stderr, "  raw TCP        %s, reader thread "
+				"(%s) ...\n", tests[t].title,
+				mem_reader_name[k]);
+			tcp_mem_lat(c, (enum mem_reader)k, &mem);
+			keep_best(&r->tcp_mem[k][t], &mem, t);
 		}
 		break;
 	default:

@@ -343,6 +343,7 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 {
 	if (e->bp_hot == c)
 		e->bp_hot = NULL;
+	c->rx_lazy = false;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -550,12 +551,30 @@ static int trim_timeout(struct glue_engine *e, int timeout)
  * The window adapts. A window that runs out halves the next one; one
  * that finds something doubles it back towards bp_max_ns; an engine that
  * blocked and was woken for octets within bp_max_ns widens it to twice
- * that gap. A pass that came back late (the yield let another thread run
- * for more than BP_BUSY_NS) means the host has no CPU to spare, and there
+ * that gap. Passes that come back late (the yield let another thread run
+ * for more than BP_BUSY_NS) mean the host has no CPU to spare, and there
  * a spinning engine is worse than a sleeping one: a runnable thread that
  * yielded waits for its turn, a woken one is scheduled at once. So the
  * engine closes the window and stays off busy polling for bp_hold_ns,
- * which doubles (up to BP_HOLD_MAX_NS) while the host stays busy.
+ * which doubles (up to BP_HOLD_MAX_NS) while the host stays busy. One
+ * late pass alone says little where every thread yields (an interrupt,
+ * another process's slice: on 2 vCPUs with two memory-polling threads
+ * that yield, tens in a second of 20,000 windows), so the engine keeps a
+ * score of recent passes, each late one adding BP_LATE_ONE and each pass
+ * taking an eighth away, and holds off when a late pass finds the score
+ * at BP_LATE_HOLD or above: a second late pass within six passes of
+ * the first. Beside threads that spin without yielding (perftest), or
+ * other processes that want the CPUs, late passes come together; the
+ * score only decays while the engine spins, so after a hold the first
+ * late pass holds off again.
+ *
+ * While it spins, the engine reads the socket that last brought octets
+ * itself (bp_hot_recv) and leaves its readiness wait unarmed (rx_lazy):
+ * an armed io_uring poll would complete for the same octets, through
+ * task work, and cost a recvmsg that finds nothing and a new poll per
+ * message; epoll a re-arm (epoll_ctl) per message. It arms the wait
+ * once it stops spinning (bp_arm_lazy); arming reports octets already
+ * there.
  *
  * Idle costs nothing: a window opens only after the engine moved octets
  * and ends at most bp_budget_ns later.
@@ -564,6 +583,8 @@ static int trim_timeout(struct glue_engine *e, int timeout)
 #define BP_MIN_NS       1000            /* a shorter window is none */
 #define BP_HOLD_MIN_NS  10000000        /* 10 ms */
 #define BP_HOLD_MAX_NS  1000000000      /* 1 s */
+#define BP_LATE_ONE     256             /* a late pass adds this */
+#define BP_LATE_HOLD    128             /* a late pass at this: busy */
 
 int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us)
 {
@@ -686,6 +707,49 @@ static void bp_block(struct glue_engine *e, bool before)
 
 static bool bp_hot_recv(struct glue_engine *e);
 
+/* A pass of the busy poll ended, late or not: true if the host is busy
+ * (a late pass found the score of recent passes at BP_LATE_HOLD). */
+static bool bp_late(struct glue_engine *e, bool late)
+{
+	bool busy = late && e->bp_late_score >= BP_LATE_HOLD;
+
+	e->bp_late_score -= e->bp_late_score / 8;
+	if (late)
+		e->bp_late_score += BP_LATE_ONE;
+	return busy;
+}
+
+/* Arm the readiness wait of a connection whose socket the busy poll
+ * read itself (rx_lazy): once the engine stops spinning, or when another
+ * connection becomes the hot one. Engine thread. */
+static void bp_arm_lazy(struct glue_engine *e, struct glue_conn *c)
+{
+	if (!c || !c->rx_lazy)
+		return;
+	c->rx_lazy = false;
+	if (conn_stopped(c) || c->rx_op)
+		return;
+	e->be->arm_rx(e, c);
+}
+
+/* c brought octets: the busy poll reads it first from now on. */
+static void bp_set_hot(struct glue_engine *e, struct glue_conn *c)
+{
+	if (e->bp_hot != c)
+		bp_arm_lazy(e, e->bp_hot);
+	e->bp_hot = c;
+}
+
+/* Leave c's readiness wait unarmed and read it in the busy poll? Only
+ * the hot connection, only while busy polling is on, and not through
+ * TLS (bp_hot_recv does not read it). */
+static bool bp_lazy_ok(const struct glue_engine *e,
+		       const struct glue_conn *c)
+{
+	return e->bp_max_ns && e->bp_hot == c && !c->tls &&
+	       conn_state(c) == GLUE_CONN_OPEN;
+}
+
 /*
  * Spin while the window lasts. Returns true when something turned up (the
  * engine makes another pass), false when it should block.
@@ -719,7 +783,7 @@ static bool busy_poll(struct glue_engine *e)
 			break;
 		sched_yield();
 		now = now_ns();
-		if (now - prev > BP_BUSY_NS) {
+		if (bp_late(e, now - prev > BP_BUSY_NS)) {
 			/* Someone else had this CPU: spinning only delays
 			 * us behind them. */
 			BP_INC(e, busy);
@@ -1202,7 +1266,7 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 	pthread_mutex_unlock(&c->rx_lock);
 	if (got) {
 		bp_active(e);
-		e->bp_hot = c;
+		bp_set_hot(e, c);
 	}
 	if (atomic_exchange(&c->close_req, false))
 		conn_start_close(c);
@@ -1219,8 +1283,14 @@ ended:
 	}
 arm:
 	c->rx_armed = true;
-	if (!c->rx_op)
-		e->be->arm_rx(e, c);
+	if (c->rx_op || c->rx_lazy)
+		return;
+	if (bp_lazy_ok(e, c)) {
+		/* The busy poll reads it; armed once it stops spinning. */
+		c->rx_lazy = true;
+		return;
+	}
+	e->be->arm_rx(e, c);
 }
 
 /*
@@ -1241,7 +1311,13 @@ static bool bp_hot_recv(struct glue_engine *e)
 	bool got = false;
 	int r;
 
-	if (!c || c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
+	if (!c)
+		return false;
+	/* Closing (it is read until the peer's end) or going: no longer
+	 * read here, so it waits for readiness again. */
+	if (conn_state(c) != GLUE_CONN_OPEN)
+		bp_arm_lazy(e, c);
+	if (c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
 	    conn_state(c) != GLUE_CONN_OPEN || app_polls(c))
 		return false;
 	if (pthread_mutex_trylock(&c->rx_lock))
@@ -1571,6 +1647,10 @@ static void *engine_main(void *arg)
 		timeout = trim_timeout(e, pump_all(e));
 		if (busy_poll(e))
 			continue;
+		/* Not spinning: what the busy poll read itself waits for
+		 * readiness again, whether the engine blocks now or makes
+		 * another pass first. */
+		bp_arm_lazy(e, e->bp_hot);
 		atomic_store(&e->sleeping, true);
 		if (atomic_exchange(&e->pending, false) ||
 		    atomic_load(&e->ready)) {

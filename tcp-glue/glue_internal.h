@@ -62,6 +62,11 @@ struct glue_conn {
 	bool tx_busy;             /* a send is in flight / waiting */
 	bool rx_armed;            /* waiting for readability */
 	bool rx_op;               /* io_uring: a poll op references c */
+	/* Busy polling: the engine reads c's socket itself on every pass
+	 * (bp_hot_recv) and has not armed the readiness wait; it arms it
+	 * once it stops spinning (glue_engine.c, bp_arm_lazy). rx_armed is
+	 * set meanwhile. Engine thread. */
+	bool rx_lazy;
 	/* Requests from other threads, taken by the engine. */
 	atomic_bool kicked;
 	atomic_bool rx_more;      /* another thread asks for a drain */
@@ -218,6 +223,7 @@ struct glue_engine {
 	int64_t bp_woke_after_ns; /* and woke that soon after (-1: late) */
 	int64_t bp_hold_ns;       /* the next stay off after a busy host */
 	int64_t bp_hold_until_ns; /* no spinning before this */
+	int bp_late_score;        /* late passes, recent ones weighing most */
 	bool bp_spinning;         /* be->peek runs in a busy poll */
 	/* The connection the engine last received octets on: a busy poll
 	 * reads its socket itself (glue_engine.c, bp_hot_recv). */

@@ -297,6 +297,43 @@ Test(glue_busy, idle_engine_does_not_spin_epoll, .timeout = 60)
 	idle_does_not_spin(GLUE_EPOLL);
 }
 
+/*
+ * While it spins, the engine reads the socket that brought octets itself
+ * and leaves its readiness wait unarmed; once the window is over it must
+ * wait for readiness again, or octets that come after a pause are never
+ * received. A 1 ms window, a burst of pings, a pause of 20 ms (the engine
+ * blocks), one more ping: rig_ping fails if it is not received within
+ * 10 s. Some rounds, so that some bursts end with the engine spinning
+ * on a socket it has not armed.
+ */
+static void waits_again_after_window(enum glue_kind kind)
+{
+	struct glue_engine_stats st;
+	struct rig r;
+
+	rig_up(&r, kind, "1000");
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < 20; i++)
+			rig_ping(&r);
+		usleep(20000);
+		rig_ping(&r);
+	}
+	glue_engine_get_stats(r.e, &st);
+	cr_assert_gt(st.bp_windows, 0, "the traffic opened windows");
+	cr_assert_eq(atomic_load(&r.t.got), 20 * 21);
+	rig_down(&r);
+}
+
+Test(glue_busy, waits_for_readiness_after_a_window_uring, .timeout = 60)
+{
+	waits_again_after_window(GLUE_URING);
+}
+
+Test(glue_busy, waits_for_readiness_after_a_window_epoll, .timeout = 60)
+{
+	waits_again_after_window(GLUE_EPOLL);
+}
+
 /* WISP_BUSY_POLL_US=0: never a window, whatever the traffic. */
 Test(glue_busy, zero_never_spins, .timeout = 60)
 {
