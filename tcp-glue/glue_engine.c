@@ -562,8 +562,8 @@ static int trim_timeout(struct glue_engine *e, int timeout)
  * that yield, tens in a second of 20,000 windows), so the engine keeps a
  * score of recent passes, each late one adding BP_LATE_ONE and each pass
  * taking an eighth away, and holds off when a late pass finds the score
- * at BP_LATE_HOLD or above: a second late pass within six passes of
- * the first. Beside threads that spin without yielding (perftest), or
+ * at BP_LATE_HOLD or above (with 128, a second late pass within six
+ * passes of the first; with 0, the default, any late pass). Beside threads that spin without yielding (perftest), or
  * other processes that want the CPUs, late passes come together; the
  * score only decays while the engine spins, so after a hold the first
  * late pass holds off again.
@@ -584,7 +584,11 @@ static int trim_timeout(struct glue_engine *e, int timeout)
 #define BP_HOLD_MIN_NS  10000000        /* 10 ms */
 #define BP_HOLD_MAX_NS  1000000000      /* 1 s */
 #define BP_LATE_ONE     256             /* a late pass adds this */
-#define BP_LATE_HOLD    128             /* a late pass at this: busy */
+/* 0: any late pass holds off, as before the score (docs/benchmarks.md,
+ * "The memory-polling floor": a threshold of 128 helped on a quiet host
+ * and slowed the epoll engine 2x at load 2-3; the safe rule is kept
+ * until a host with free CPUs measures it). */
+#define BP_LATE_HOLD    0               /* a late pass at this: busy */
 
 int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us)
 {
