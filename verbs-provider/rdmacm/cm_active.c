@@ -698,6 +698,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 			ret = -errno;
 			goto out;
 		}
+		wcm_fd_room(fd);
 		wcm_sock_opts(w, fd, family);
 		w->fd = fd;
 	}

@@ -493,6 +493,7 @@ static void accept_some(struct listener *ls, int lfd, int timeout_ms)
 			}
 			return;
 		}
+		wcm_fd_room(fd);
 		hs_admit(ls, fd, &peer, timeout_ms);
 	}
 }
