@@ -404,7 +404,13 @@ static bool dial_start(struct dial *d)
 	if (dying)
 		return dial_fail(d, -ECANCELED);
 	dial_set(d, DIAL_TCP, POLLOUT, d->tmo);
-	ret = glue_mpa_connect_start(d->fd, dst, wcm_addrlen(dst));
+	/* The socket is non-blocking from socket() on (rdma_connect,
+	 * wcm_bind_locked): no F_GETFL, as glue_mpa_connect_start() makes
+	 * for any socket. EINTR: the connect goes on, as EINPROGRESS. */
+	ret = 0;
+	if (connect(d->fd, dst, wcm_addrlen(dst)))
+		ret = errno == EINPROGRESS || errno == EINTR ? -EINPROGRESS :
+							       -errno;
 	if (!ret)
 		return dial_connected(d);
 	if (ret != -EINPROGRESS)

@@ -56,6 +56,7 @@ struct wcm_hs {
 	/* TLS (docs/tls.md): the first octet says which (hs_sniff); the
 	 * handshake runs here, without blocking, before the Request. */
 	enum { HS_SNIFF, HS_TLS, HS_MPA } phase;
+	bool plain_only;           /* WISP_TLS=off: no sniff (hs_sniff) */
 	struct glue_tls *tls;      /* HS_TLS: not attached yet */
 	short events;              /* what the next step waits for */
 };
@@ -367,6 +368,18 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 	uint8_t first;
 	ssize_t n;
 
+	pthread_mutex_lock(&wcm.lock);
+	cfg = ls->w->opts.tls;
+	pthread_mutex_unlock(&wcm.lock);
+	/* Without TLS the first octet is the MPA reader's: it refuses
+	 * anything but 'M' at once, and hs_serve tells a ClientHello from
+	 * other garbage by the octet it read. A peek here cost a system
+	 * call per connection (issue 13). */
+	if (cfg.mode == GLUE_TLS_OFF) {
+		h->plain_only = true;
+		h->phase = HS_MPA;
+		return 0;
+	}
 	do
 		n = recv(h->fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
@@ -374,9 +387,6 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 		return -EAGAIN;
 	if (n <= 0)
 		return n ? -errno : -ECONNRESET;
-	pthread_mutex_lock(&wcm.lock);
-	cfg = ls->w->opts.tls;
-	pthread_mutex_unlock(&wcm.lock);
 	if (first != 0x16) {
 		if (cfg.mode == GLUE_TLS_REQUIRED) {
 			wcm_log(WCM_LOG_WARN, "connection from %s refused: "
@@ -386,11 +396,6 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 		}
 		h->phase = HS_MPA;
 		return 0;
-	}
-	if (cfg.mode == GLUE_TLS_OFF) {
-		wcm_log(WCM_LOG_WARN, "connection from %s refused: TLS "
-			"ClientHello, but WISP_TLS=off", h->who);
-		return -EPROTONOSUPPORT;
 	}
 	ctx = glue_tls_ctx_get(&cfg, true, why, sizeof(why));
 	if (!ctx) {
@@ -461,6 +466,14 @@ static void hs_serve(struct listener *ls, struct wcm_hs *h)
 	len = glue_mpa_rd_step(h->fd, &h->rd, &err);
 	if (len == -EAGAIN)
 		return;
+	if (len < 0 && h->plain_only && h->rd.got && h->frame[0] == 0x16) {
+		/* A TLS record header (RFC 8446 5.1) where the Request
+		 * should start: closed as before, nothing sent. */
+		wcm_log(WCM_LOG_WARN, "connection from %s refused: TLS "
+			"ClientHello, but WISP_TLS=off", h->who);
+		len = -EPROTONOSUPPORT;
+		err = MPA_ERR_NONE;
+	}
 	hs_unlink(ls, h);
 	if (len < 0)
 		wcm_log(WCM_LOG_INFO, "connection from %s: no MPA Request: "
