@@ -179,15 +179,16 @@ static const char *hs_bounds(struct listener *ls, struct wcm_hs *h,
  * those handshakes are over, not pending; only the silent ones count
  * against the bounds. wcm.lock not held.
  */
-static void hs_admit(struct listener *ls, int fd,
-		     const struct sockaddr_storage *peer, int timeout_ms)
+static struct wcm_hs *hs_admit(struct listener *ls, int fd,
+				const struct sockaddr_storage *peer,
+				int timeout_ms)
 {
 	struct wcm_hs *h = calloc(1, sizeof(*h)), *evict = NULL;
 	const char *no = NULL;
 
 	if (!h) {
 		close(fd);
-		return;
+		return NULL;
 	}
 	h->fd = fd;
 	h->events = POLLIN;
@@ -216,7 +217,7 @@ static void hs_admit(struct listener *ls, int fd,
 			no);
 		close(fd);
 		free(h);
-		return;
+		return NULL;
 	}
 	if (evict) {
 		wcm_log(WCM_LOG_INFO, "connection from %s closed: no MPA "
@@ -235,6 +236,7 @@ static void hs_admit(struct listener *ls, int fd,
 	*ls->tail = h;
 	ls->tail = &h->next;
 	ls->n++;
+	return h;
 }
 
 /* The new id for an acceptable Request (wcm.lock held). */
@@ -491,6 +493,7 @@ static void accept_some(struct listener *ls, int lfd, int timeout_ms)
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
+		struct wcm_hs *h;
 		int fd;
 
 		/* Non-blocking: the handshake reads never wait, and the
@@ -507,7 +510,13 @@ static void accept_some(struct listener *ls, int lfd, int timeout_ms)
 			return;
 		}
 		wcm_fd_room(fd);
-		hs_admit(ls, fd, &peer, timeout_ms);
+		h = hs_admit(ls, fd, &peer, timeout_ms);
+		/* The initiator sends its Request (or ClientHello) right
+		 * after its connect: it is usually here already. Read it
+		 * now rather than after another poll() of every pending
+		 * handshake (issue 13); if not, poll() reports it. */
+		if (h)
+			hs_serve(ls, h);
 	}
 }
 
