@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1930,4 +1932,81 @@ Test(rdmacm, init_qp_attr_walk_before_connect)
 	cr_expect_eq(ibv_destroy_cq(cq), 0);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
+}
+
+/* The kernel's descriptor table size, /proc/self/status "FDSize". */
+static int fd_table_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "FDSize: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* How many descriptors this process has open. */
+static int fds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;           /* the directory's own */
+}
+
+Test(rdmacm, descriptor_table_grown_ahead)
+{
+	/* Each growth of a threaded process's descriptor table waits for
+	 * an RCU grace period: the CM grows it ahead, in one step, when
+	 * the first socket is bound (cm_id.c, wcm_fd_room), so that a
+	 * burst of accepts does not stall on it six times. It must not
+	 * take or change any descriptor meanwhile. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *l;
+	struct rlimit rl;
+	struct stat top_before, top_after;
+	int want = 8192, open_before, top;
+
+	cr_assert_not_null(ch);
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)want + 2)
+		cr_skip_test("RLIMIT_NOFILE %lu is below the room the CM makes",
+			     (unsigned long)rl.rlim_cur);
+	if (fd_table_size() >= want)
+		cr_skip_test("this process's table holds %d already",
+			     fd_table_size());
+	/* A descriptor of the application's far up, which the growth
+	 * must leave alone (F_DUPFD takes a free one). Not as far as
+	 * want / 2: the kernel rounds the table up to a power of two,
+	 * and this one alone would make it want. */
+	top = fcntl(0, F_DUPFD, want / 4);
+	cr_assert_geq(top, want / 4);
+	cr_assert_lt(fd_table_size(), want);
+	cr_assert_eq(fstat(top, &top_before), 0);
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
+	open_before = fds_open();
+
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_geq(fd_table_size(), want, "FDSize %d, want >= %d",
+		      fd_table_size(), want);
+	/* The bound socket, and nothing else left open. */
+	cr_assert_eq(fds_open(), open_before + 1);
+	cr_assert_eq(fstat(top, &top_after), 0);
+	cr_assert_eq(top_after.st_ino, top_before.st_ino);
+	cr_assert_eq(top_after.st_dev, top_before.st_dev);
+
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+	close(top);
 }
