@@ -266,7 +266,7 @@ void wcm_fd_room(int fd)
 	static _Atomic int made;       /* the table holds [0, made) */
 	static pthread_mutex_t grow_lock = PTHREAD_MUTEX_INITIALIZER;
 	struct rlimit rl;
-	int want, dup;
+	int want;
 
 	if (fd < 0 || (long)fd * 2 < atomic_load(&made))
 		return;
@@ -276,7 +276,8 @@ void wcm_fd_room(int fd)
 	    (rlim_t)want > rl.rlim_cur)
 		want = (int)rl.rlim_cur;
 	if (want > atomic_load(&made)) {
-		dup = fcntl(fd, F_DUPFD_CLOEXEC, want - 1);
+		int dup = fcntl(fd, F_DUPFD_CLOEXEC, want - 1);
+
 		if (dup >= 0)
 			close(dup);
 		/* Failed (EMFILE: the top is taken, or the limit shrank):
