@@ -162,7 +162,11 @@ static void wake(struct glue_engine *e)
 	uint64_t one = 1;
 
 	atomic_store(&e->pending, true);
-	if (atomic_load(&e->sleeping) &&
+	/* One write per sleep: the first waker takes the flag, and those
+	 * that come before the engine is back (a socket added, then kicked
+	 * at once: issue 13) find it taken. The engine sets it again
+	 * before it looks at pending and the ready list, and sleeps. */
+	if (atomic_exchange(&e->sleeping, false) &&
 	    write(e->wake_fd, &one, sizeof(one)) < 0) {
 		/* EAGAIN: the counter is saturated, the engine wakes anyway */
 	}
