@@ -493,14 +493,19 @@ static void dial_run(struct dial **head, struct dial *d, bool late,
 	int ret;
 
 	dial_unlink(head, d);
-	/* Out of the set before the step: a step that ends d hands its
-	 * socket on (closed, or the QP's now, which the application may
-	 * close at once on another thread), and this thread must not
-	 * touch the descriptor after that. Back in if d goes on. */
-	epoll_ctl(dialer.ep, EPOLL_CTL_DEL, d->fd, NULL);
+	/* Disarmed before the step: a step that ends d hands its socket on
+	 * (closed, or the QP's now, which the application may close at
+	 * once on another thread), and this thread must not touch the
+	 * descriptor after that. A socket whose event came is disarmed
+	 * already (EPOLLONESHOT): it stays in the set, silent, until its
+	 * file is closed, and is armed again with a MOD if d goes on (one
+	 * epoll_ctl per connection less, issue 13). One whose deadline
+	 * passed is still armed and leaves the set. */
+	if (late)
+		epoll_ctl(dialer.ep, EPOLL_CTL_DEL, d->fd, NULL);
 	if (!dial_step(d, late))
 		return;
-	ret = dial_arm(d, EPOLL_CTL_ADD);
+	ret = dial_arm(d, late ? EPOLL_CTL_ADD : EPOLL_CTL_MOD);
 	if (ret) {
 		dial_fail(d, ret);
 		return;
