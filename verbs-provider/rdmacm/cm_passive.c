@@ -239,6 +239,24 @@ static struct wcm_hs *hs_admit(struct listener *ls, int fd,
 	return h;
 }
 
+/* A listener's address (getsockname after its bind) names one local
+ * address, not a wildcard: IPv4's 0.0.0.0, IPv6's :: and ::ffff:0.0.0.0
+ * (which binds to every IPv4 address) are wildcards. */
+static bool bound_to_one(const struct sockaddr *sa)
+{
+	const struct in6_addr *a6;
+
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr !=
+		       htonl(INADDR_ANY);
+	if (sa->sa_family != AF_INET6)
+		return false;
+	a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+	if (IN6_IS_ADDR_UNSPECIFIED(a6))
+		return false;
+	return !(IN6_IS_ADDR_V4MAPPED(a6) && !a6->s6_addr32[3]);
+}
+
 /* The new id for an acceptable Request (wcm.lock held). */
 static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 			 const struct sockaddr_storage *peer,
@@ -255,8 +273,17 @@ static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 	c->fd = fd;
 	wcm_set_state(c, WCM_CONNECT_REQ);
 	wcm_id_set_device(c);
-	alen = sizeof(c->id.route.addr.src_storage);
-	getsockname(fd, &c->id.route.addr.src_addr, &alen);
+	/* A listener bound to one address accepts on that address and its
+	 * port: no getsockname (issue 13). The wildcard's connections tell
+	 * which address they came to. */
+	if (bound_to_one(&l->id.route.addr.src_addr)) {
+		memcpy(&c->id.route.addr.src_storage,
+		       &l->id.route.addr.src_storage,
+		       sizeof(c->id.route.addr.src_storage));
+	} else {
+		alen = sizeof(c->id.route.addr.src_storage);
+		getsockname(fd, &c->id.route.addr.src_addr, &alen);
+	}
 	/* The peer's address as accept() gave it: no getpeername. */
 	memcpy(&c->id.route.addr.dst_storage, peer,
 	       sizeof(c->id.route.addr.dst_storage));
