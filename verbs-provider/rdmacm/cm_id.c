@@ -295,6 +295,13 @@ void wcm_sock_opts(const struct wcm_id *w, int fd, int family)
 	 * sets SO_REUSEADDR on every socket it binds, too). */
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)))
 		wcm_log(WCM_LOG_WARN, "SO_REUSEADDR: %s", strerror(errno));
+	/* FPDUs are whole messages (glue_conn_add would set it at the
+	 * hand-off). Set here once: a connection keeps it, and a
+	 * listener's accepted sockets inherit it, so the engine adopts
+	 * them without a setsockopt each (issue 13). The MPA Request and
+	 * Reply are each the first data of their side, which Nagle never
+	 * holds back either way. */
+	wcm_no_delay(fd);
 	if (family == AF_INET6 && w->opts.afonly >= 0) {
 		int v = w->opts.afonly;
 
