@@ -174,6 +174,18 @@ bool glue_on_engine(const struct glue_engine *e);
 struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 				const struct glue_conn_ops *ops, void *arg);
 
+/* glue_conn_adopt's flags: what the caller has made sure of on fd, so
+ * that adopting it asks nothing of the socket (issue 13: the connection
+ * manager's sockets are non-blocking from socket() or accept4() on and
+ * have TCP_NODELAY from their bind or their listener). */
+#define GLUE_CONN_NONBLOCK 0x1u   /* fd is O_NONBLOCK: no F_GETFL */
+#define GLUE_CONN_NODELAY  0x2u   /* fd has TCP_NODELAY: not set again */
+
+/* glue_conn_add, told by flags what fd has already. */
+struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
+				  const struct glue_conn_ops *ops, void *arg,
+				  unsigned int flags);
+
 /* From any thread: the owner has something to send; the engine will call
  * tx_fill soon. Cheap when the engine is awake (no system call). */
 void glue_conn_kick(struct glue_conn *c);

@@ -162,7 +162,11 @@ static void wake(struct glue_engine *e)
 	uint64_t one = 1;
 
 	atomic_store(&e->pending, true);
-	if (atomic_load(&e->sleeping) &&
+	/* One write per sleep: the first waker takes the flag, and those
+	 * that come before the engine is back (a socket added, then kicked
+	 * at once: issue 13) find it taken. The engine sets it again
+	 * before it looks at pending and the ready list, and sleeps. */
+	if (atomic_exchange(&e->sleeping, false) &&
 	    write(e->wake_fd, &one, sizeof(one)) < 0) {
 		/* EAGAIN: the counter is saturated, the engine wakes anyway */
 	}
@@ -1800,6 +1804,13 @@ void glue_engine_destroy(struct glue_engine *e)
 struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 				const struct glue_conn_ops *ops, void *arg)
 {
+	return glue_conn_adopt(e, fd, ops, arg, 0);
+}
+
+struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
+				  const struct glue_conn_ops *ops, void *arg,
+				  unsigned int flags)
+{
 	struct glue_conn *c;
 	int one = 1, fl, ret;
 
@@ -1810,14 +1821,15 @@ struct glue_conn *glue_conn_add(struct glue_engine *e, int fd,
 		errno = ENOMEM;
 		return NULL;
 	}
-	fl = fcntl(fd, F_GETFL);
+	fl = flags & GLUE_CONN_NONBLOCK ? O_NONBLOCK : fcntl(fd, F_GETFL);
 	if (fl < 0 ||
 	    (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
 		ret = -errno;
 		goto err;
 	}
 	/* FPDUs are whole messages: never hold one back for coalescing. */
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (!(flags & GLUE_CONN_NODELAY))
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->e = e;
 	c->fd = fd;
 	c->tsan_sync = tsan_link(fd);

@@ -51,6 +51,10 @@ struct wisp_stream_params {
 	/* The socket's addresses if the caller knows them (the connection
 	 * manager does), for the statistics; NULL: asked of the socket. */
 	const struct sockaddr *local, *peer;
+	/* The socket is non-blocking and has TCP_NODELAY already (the
+	 * connection manager's): the engine adopts it without asking
+	 * (glue_conn_adopt). false: it checks and sets both. */
+	bool sock_ready;
 };
 
 /*

@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1930,4 +1932,196 @@ Test(rdmacm, init_qp_attr_walk_before_connect)
 	cr_expect_eq(ibv_destroy_cq(cq), 0);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
+}
+
+/* The kernel's descriptor table size, /proc/self/status "FDSize". */
+static int fd_table_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "FDSize: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* How many descriptors this process has open. */
+static int fds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;           /* the directory's own */
+}
+
+Test(rdmacm, descriptor_table_grown_ahead)
+{
+	/* Each growth of a threaded process's descriptor table waits for
+	 * an RCU grace period: the CM grows it ahead, in one step, when
+	 * the first socket is bound (cm_id.c, wcm_fd_room), so that a
+	 * burst of accepts does not stall on it six times. It must not
+	 * take or change any descriptor meanwhile. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *l;
+	struct rlimit rl;
+	struct stat top_before, top_after;
+	int want = 8192, open_before, top;
+
+	cr_assert_not_null(ch);
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)want + 2)
+		cr_skip_test("RLIMIT_NOFILE %lu is below the room the CM makes",
+			     (unsigned long)rl.rlim_cur);
+	if (fd_table_size() >= want)
+		cr_skip_test("this process's table holds %d already",
+			     fd_table_size());
+	/* A descriptor of the application's far up, which the growth
+	 * must leave alone (F_DUPFD takes a free one). Not as far as
+	 * want / 2: the kernel rounds the table up to a power of two,
+	 * and this one alone would make it want. */
+	top = fcntl(0, F_DUPFD, want / 4);
+	cr_assert_geq(top, want / 4);
+	cr_assert_lt(fd_table_size(), want);
+	cr_assert_eq(fstat(top, &top_before), 0);
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
+	open_before = fds_open();
+
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_geq(fd_table_size(), want, "FDSize %d, want >= %d",
+		      fd_table_size(), want);
+	/* The bound socket, and nothing else left open. */
+	cr_assert_eq(fds_open(), open_before + 1);
+	cr_assert_eq(fstat(top, &top_after), 0);
+	cr_assert_eq(top_after.st_ino, top_before.st_ino);
+	cr_assert_eq(top_after.st_dev, top_before.st_dev);
+
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+	close(top);
+}
+
+/*
+ * The sockets of an established connection, found by their ports in
+ * /proc/self/fd: each has TCP_NODELAY and is non-blocking (the engine
+ * adopts the CM's sockets without setting either, glue_conn_adopt), and
+ * the ids' addresses are the sockets' own (a listener bound to one
+ * address gives it to its children without getsockname; the wildcard's
+ * children ask). Returns how many of the connection's sockets it saw.
+ */
+static int check_conn_sockets(struct rdma_cm_id *cl, struct rdma_cm_id *sv)
+{
+	uint16_t cport = rdma_get_src_port(cl), sport = rdma_get_src_port(sv);
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int seen = 0;
+
+	cr_assert_not_null(d);
+	cr_assert_eq(rdma_get_dst_port(sv), cport);
+	cr_assert_eq(rdma_get_dst_port(cl), sport);
+	while ((de = readdir(d))) {
+		struct sockaddr_in me, peer;
+		socklen_t ml = sizeof(me), pl = sizeof(peer), ol;
+		struct rdma_cm_id *id;
+		int fd = atoi(de->d_name), one = 0, fl;
+
+		if (de->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) ||
+		    getpeername(fd, (struct sockaddr *)&peer, &pl) ||
+		    me.sin_family != AF_INET)
+			continue;
+		if (me.sin_port == cport && peer.sin_port == sport)
+			id = cl;
+		else if (me.sin_port == sport && peer.sin_port == cport)
+			id = sv;
+		else
+			continue;
+		seen++;
+		ol = sizeof(one);
+		cr_assert_eq(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+					&ol), 0);
+		cr_assert_eq(one, 1, "TCP_NODELAY on fd %d", fd);
+		fl = fcntl(fd, F_GETFL);
+		cr_assert(fl >= 0 && (fl & O_NONBLOCK), "O_NONBLOCK on fd %d",
+			  fd);
+		cr_assert_eq(((struct sockaddr_in *)rdma_get_local_addr(id))
+				     ->sin_addr.s_addr, me.sin_addr.s_addr,
+			     "the id's local address is its socket's");
+		cr_assert_eq(((struct sockaddr_in *)rdma_get_peer_addr(id))
+				     ->sin_addr.s_addr, peer.sin_addr.s_addr);
+	}
+	closedir(d);
+	return seen;
+}
+
+static void conn_sockets_ready(bool wildcard)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct sockaddr_in any = { .sin_family = AF_INET };
+	struct rdma_conn_param p = { .responder_resources = 1,
+				     .initiator_depth = 1 };
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	uint16_t port;
+
+	if (wildcard) {
+		cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
+		cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&any), 0);
+		cr_assert_eq(rdma_listen(l, 8), 0);
+		port = ntohs(rdma_get_src_port(l));
+	} else {
+		l = listener(sch, AF_INET, &port);
+	}
+	cl = resolved(cch, AF_INET, port);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &p), 0);
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	/* The child's address is the one the connection came to, never
+	 * the listener's wildcard. */
+	cr_assert_eq(((struct sockaddr_in *)rdma_get_local_addr(sv))
+			     ->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+	cr_assert_eq(ntohs(rdma_get_src_port(sv)), port);
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, &p), 0, "accept: %s", strerror(errno));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
+	cr_assert_eq(check_conn_sockets(cl, sv), 2, "both ends' sockets");
+	send_recv(cl, sv);
+	send_recv(sv, cl);
+	cr_assert_eq(rdma_disconnect(cl), 0);
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(cl);
+	rdma_destroy_qp(sv);
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+Test(rdmacm, connection_sockets_nodelay_nonblocking_addressed)
+{
+	conn_sockets_ready(false);
+}
+
+Test(rdmacm, wildcard_listener_children_have_their_address)
+{
+	conn_sockets_ready(true);
 }

@@ -43,17 +43,27 @@ int wisp_startup_nodelay(int fd)
 
 /* ---- Initiator -------------------------------------------------------- */
 
-int wisp_startup_send_request(int fd, const struct mpa_prefs *prefs,
-			      int64_t deadline, struct wisp_startup_init *x)
+int wisp_startup_build_request(const struct mpa_prefs *prefs,
+			       struct wisp_startup_init *x)
 {
-	int ret, len;
+	int ret;
 
-	if (fd < 0 || !prefs || !x)
+	if (!prefs || !x)
 		return -EINVAL;
 	ret = mpa_nego_request(prefs, &x->req);
 	if (ret)
 		return ret;
-	len = mpa_rr_build(&x->req, x->frame, sizeof(x->frame));
+	return mpa_rr_build(&x->req, x->frame, sizeof(x->frame));
+}
+
+int wisp_startup_send_request(int fd, const struct mpa_prefs *prefs,
+			      int64_t deadline, struct wisp_startup_init *x)
+{
+	int len;
+
+	if (fd < 0)
+		return -EINVAL;
+	len = wisp_startup_build_request(prefs, x);
 	if (len < 0)
 		return len;
 	return glue_mpa_write(fd, x->frame, (size_t)len,

@@ -64,6 +64,12 @@ struct wisp_startup_init {
 int wisp_startup_send_request(int fd, const struct mpa_prefs *prefs,
 			      int64_t deadline, struct wisp_startup_init *x);
 
+/* The Request for prefs built into x->frame, not sent: its length, or
+ * -EINVAL / -EOPNOTSUPP as above. wisp_startup_send_request() is this
+ * and a glue_mpa_write() of the frame. */
+int wisp_startup_build_request(const struct mpa_prefs *prefs,
+			       struct wisp_startup_init *x);
+
 /*
  * Read the Reply to x->req within deadline and decide (mpa_nego_reply).
  * Returns

@@ -247,7 +247,9 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 		goto err_close;
 	qp->stream.ended = false;
 	wisp_stats_qp_attached(qp->stats, ibqp->qp_num, fd, p, s.mulpdu);
-	c = glue_conn_add(qp->stream.engine, fd, &stream_ops, qp);
+	c = glue_conn_adopt(qp->stream.engine, fd, &stream_ops, qp,
+			    p->sock_ready ? GLUE_CONN_NONBLOCK |
+					    GLUE_CONN_NODELAY : 0);
 	if (!c) {
 		ret = errno;
 		wisp_qp_core_end(qp, ret);

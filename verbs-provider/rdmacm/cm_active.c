@@ -305,21 +305,28 @@ static int dial_tls_start(struct dial *d)
 	return ret;
 }
 
-/* TCP is connected: TLS if asked for, then the Request. */
-static bool dial_connected(struct dial *d)
+/* TCP is connected: the source address as it is now. */
+static void dial_source(struct dial *d)
 {
 	struct wcm_id *w = d->w;
 	socklen_t alen;
+
+	pthread_mutex_lock(&wcm.lock);
+	alen = sizeof(w->id.route.addr.src_storage);
+	getsockname(d->fd, &w->id.route.addr.src_addr, &alen);
+	pthread_mutex_unlock(&wcm.lock);
+}
+
+/* TCP is connected: TLS if asked for, then the Request. */
+static bool dial_connected(struct dial *d)
+{
 	int ret;
 
 	/* The socket stays non-blocking, as the engine wants it
 	 * (glue_conn_add): every call on it until then passes MSG_DONTWAIT
 	 * or polls itself, TLS's included. Switching it to blocking and
 	 * back cost two fcntl calls per connection (issue 13). */
-	pthread_mutex_lock(&wcm.lock);
-	alen = sizeof(w->id.route.addr.src_storage);
-	getsockname(d->fd, &w->id.route.addr.src_addr, &alen);
-	pthread_mutex_unlock(&wcm.lock);
+	dial_source(d);
 	/* Plain MPA sends one frame, the first data on the connection,
 	 * which Nagle never holds back; glue_conn_add sets TCP_NODELAY for
 	 * the FPDUs. TLS sends its MPA Request right behind its Finished,
@@ -346,6 +353,44 @@ static bool dial_tcp(struct dial *d, bool late)
 	return dial_connected(d);
 }
 
+/*
+ * Plain MPA, the connect under way: try the Request at once. A send on
+ * a socket still connecting fails with EAGAIN and one whose connect
+ * failed with the connect's error (TCP's sk_stream_wait_connect), so the
+ * send tells what poll() and SO_ERROR did, in one system call instead of
+ * three (issue 13). Not connected yet: wait for it as before.
+ */
+static bool dial_early_request(struct dial *d)
+{
+	int len = wisp_startup_build_request(&d->prefs, &d->x);
+	ssize_t n;
+
+	if (len < 0)
+		return dial_fail(d, len);
+	do
+		n = send(d->fd, d->x.frame, (size_t)len,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return true;              /* DIAL_TCP: wait for POLLOUT */
+	if (n < 0)
+		return dial_fail(d, errno == EPIPE ? -ECONNRESET : -errno);
+	dial_source(d);
+	dial_set(d, DIAL_REPLY, POLLIN, d->tmo);
+	/* A fresh socket's send buffer takes the whole frame; should it
+	 * not, the rest goes as dial_request sends, within the timeout. */
+	if (n < len) {
+		int ret = glue_mpa_write(d->fd, d->x.frame + n,
+					 (size_t)(len - n),
+					 wisp_startup_ms_left(d->deadline));
+
+		if (ret)
+			return dial_fail(d, ret);
+	}
+	glue_mpa_rd_init(&d->rd, MPA_REPLY, d->x.frame, sizeof(d->x.frame));
+	return true;
+}
+
 /* A new connection: the non-blocking TCP connect. */
 static bool dial_start(struct dial *d)
 {
@@ -359,7 +404,13 @@ static bool dial_start(struct dial *d)
 	if (dying)
 		return dial_fail(d, -ECANCELED);
 	dial_set(d, DIAL_TCP, POLLOUT, d->tmo);
-	ret = glue_mpa_connect_start(d->fd, dst, wcm_addrlen(dst));
+	/* The socket is non-blocking from socket() on (rdma_connect,
+	 * wcm_bind_locked): no F_GETFL, as glue_mpa_connect_start() makes
+	 * for any socket. EINTR: the connect goes on, as EINPROGRESS. */
+	ret = 0;
+	if (connect(d->fd, dst, wcm_addrlen(dst)))
+		ret = errno == EINPROGRESS || errno == EINTR ? -EINPROGRESS :
+							       -errno;
 	if (!ret)
 		return dial_connected(d);
 	if (ret != -EINPROGRESS)
@@ -367,6 +418,8 @@ static bool dial_start(struct dial *d)
 	/* On loopback the handshake is usually over already: send the
 	 * Request now, so that a listener never sees a burst of silent
 	 * connections (WISP_MPA_MAX_PENDING_PER_ADDR). */
+	if (d->tls.mode == GLUE_TLS_OFF)
+		return dial_early_request(d);
 	return dial_tcp(d, false);
 }
 
@@ -440,14 +493,19 @@ static void dial_run(struct dial **head, struct dial *d, bool late,
 	int ret;
 
 	dial_unlink(head, d);
-	/* Out of the set before the step: a step that ends d hands its
-	 * socket on (closed, or the QP's now, which the application may
-	 * close at once on another thread), and this thread must not
-	 * touch the descriptor after that. Back in if d goes on. */
-	epoll_ctl(dialer.ep, EPOLL_CTL_DEL, d->fd, NULL);
+	/* Disarmed before the step: a step that ends d hands its socket on
+	 * (closed, or the QP's now, which the application may close at
+	 * once on another thread), and this thread must not touch the
+	 * descriptor after that. A socket whose event came is disarmed
+	 * already (EPOLLONESHOT): it stays in the set, silent, until its
+	 * file is closed, and is armed again with a MOD if d goes on (one
+	 * epoll_ctl per connection less, issue 13). One whose deadline
+	 * passed is still armed and leaves the set. */
+	if (late)
+		epoll_ctl(dialer.ep, EPOLL_CTL_DEL, d->fd, NULL);
 	if (!dial_step(d, late))
 		return;
-	ret = dial_arm(d, EPOLL_CTL_ADD);
+	ret = dial_arm(d, late ? EPOLL_CTL_ADD : EPOLL_CTL_MOD);
 	if (ret) {
 		dial_fail(d, ret);
 		return;
@@ -698,6 +756,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 			ret = -errno;
 			goto out;
 		}
+		wcm_fd_room(fd);
 		wcm_sock_opts(w, fd, family);
 		w->fd = fd;
 	}

@@ -288,6 +288,15 @@ int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr);
 /* Set the id's socket options (REUSEADDR, TOS, V6ONLY) on fd. */
 void wcm_sock_opts(const struct wcm_id *w, int fd, int family);
 
+/*
+ * Room in the process's descriptor table up to well past fd, made ahead
+ * of need (cm_id.c). Called where a burst of descriptors begins
+ * (rdma_listen, the first connect) and with each accepted socket; a
+ * check and nothing more while the table is far from full. Any thread,
+ * wcm.lock held or not.
+ */
+void wcm_fd_room(int fd);
+
 /* A CM thread: fn(arg) with w->workers counted (wcm.lock held). */
 int wcm_thread_start(struct wcm_id *w, void *(*fn)(void *), void *arg);
 /* Called by the thread as its last act (takes wcm.lock). */

@@ -56,6 +56,7 @@ struct wcm_hs {
 	/* TLS (docs/tls.md): the first octet says which (hs_sniff); the
 	 * handshake runs here, without blocking, before the Request. */
 	enum { HS_SNIFF, HS_TLS, HS_MPA } phase;
+	bool plain_only;           /* WISP_TLS=off: no sniff (hs_sniff) */
 	struct glue_tls *tls;      /* HS_TLS: not attached yet */
 	short events;              /* what the next step waits for */
 };
@@ -178,15 +179,16 @@ static const char *hs_bounds(struct listener *ls, struct wcm_hs *h,
  * those handshakes are over, not pending; only the silent ones count
  * against the bounds. wcm.lock not held.
  */
-static void hs_admit(struct listener *ls, int fd,
-		     const struct sockaddr_storage *peer, int timeout_ms)
+static struct wcm_hs *hs_admit(struct listener *ls, int fd,
+				const struct sockaddr_storage *peer,
+				int timeout_ms)
 {
 	struct wcm_hs *h = calloc(1, sizeof(*h)), *evict = NULL;
 	const char *no = NULL;
 
 	if (!h) {
 		close(fd);
-		return;
+		return NULL;
 	}
 	h->fd = fd;
 	h->events = POLLIN;
@@ -215,7 +217,7 @@ static void hs_admit(struct listener *ls, int fd,
 			no);
 		close(fd);
 		free(h);
-		return;
+		return NULL;
 	}
 	if (evict) {
 		wcm_log(WCM_LOG_INFO, "connection from %s closed: no MPA "
@@ -234,6 +236,25 @@ static void hs_admit(struct listener *ls, int fd,
 	*ls->tail = h;
 	ls->tail = &h->next;
 	ls->n++;
+	return h;
+}
+
+/* A listener's address (getsockname after its bind) names one local
+ * address, not a wildcard: IPv4's 0.0.0.0, IPv6's :: and ::ffff:0.0.0.0
+ * (which binds to every IPv4 address) are wildcards. */
+static bool bound_to_one(const struct sockaddr *sa)
+{
+	const struct in6_addr *a6;
+
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr !=
+		       htonl(INADDR_ANY);
+	if (sa->sa_family != AF_INET6)
+		return false;
+	a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+	if (IN6_IS_ADDR_UNSPECIFIED(a6))
+		return false;
+	return !(IN6_IS_ADDR_V4MAPPED(a6) && !a6->s6_addr32[3]);
 }
 
 /* The new id for an acceptable Request (wcm.lock held). */
@@ -252,8 +273,17 @@ static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 	c->fd = fd;
 	wcm_set_state(c, WCM_CONNECT_REQ);
 	wcm_id_set_device(c);
-	alen = sizeof(c->id.route.addr.src_storage);
-	getsockname(fd, &c->id.route.addr.src_addr, &alen);
+	/* A listener bound to one address accepts on that address and its
+	 * port: no getsockname (issue 13). The wildcard's connections tell
+	 * which address they came to. */
+	if (bound_to_one(&l->id.route.addr.src_addr)) {
+		memcpy(&c->id.route.addr.src_storage,
+		       &l->id.route.addr.src_storage,
+		       sizeof(c->id.route.addr.src_storage));
+	} else {
+		alen = sizeof(c->id.route.addr.src_storage);
+		getsockname(fd, &c->id.route.addr.src_addr, &alen);
+	}
 	/* The peer's address as accept() gave it: no getpeername. */
 	memcpy(&c->id.route.addr.dst_storage, peer,
 	       sizeof(c->id.route.addr.dst_storage));
@@ -367,6 +397,18 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 	uint8_t first;
 	ssize_t n;
 
+	pthread_mutex_lock(&wcm.lock);
+	cfg = ls->w->opts.tls;
+	pthread_mutex_unlock(&wcm.lock);
+	/* Without TLS the first octet is the MPA reader's: it refuses
+	 * anything but 'M' at once, and hs_serve tells a ClientHello from
+	 * other garbage by the octet it read. A peek here cost a system
+	 * call per connection (issue 13). */
+	if (cfg.mode == GLUE_TLS_OFF) {
+		h->plain_only = true;
+		h->phase = HS_MPA;
+		return 0;
+	}
 	do
 		n = recv(h->fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
@@ -374,9 +416,6 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 		return -EAGAIN;
 	if (n <= 0)
 		return n ? -errno : -ECONNRESET;
-	pthread_mutex_lock(&wcm.lock);
-	cfg = ls->w->opts.tls;
-	pthread_mutex_unlock(&wcm.lock);
 	if (first != 0x16) {
 		if (cfg.mode == GLUE_TLS_REQUIRED) {
 			wcm_log(WCM_LOG_WARN, "connection from %s refused: "
@@ -386,11 +425,6 @@ static int hs_sniff(struct listener *ls, struct wcm_hs *h)
 		}
 		h->phase = HS_MPA;
 		return 0;
-	}
-	if (cfg.mode == GLUE_TLS_OFF) {
-		wcm_log(WCM_LOG_WARN, "connection from %s refused: TLS "
-			"ClientHello, but WISP_TLS=off", h->who);
-		return -EPROTONOSUPPORT;
 	}
 	ctx = glue_tls_ctx_get(&cfg, true, why, sizeof(why));
 	if (!ctx) {
@@ -461,6 +495,14 @@ static void hs_serve(struct listener *ls, struct wcm_hs *h)
 	len = glue_mpa_rd_step(h->fd, &h->rd, &err);
 	if (len == -EAGAIN)
 		return;
+	if (len < 0 && h->plain_only && h->rd.got && h->frame[0] == 0x16) {
+		/* A TLS record header (RFC 8446 5.1) where the Request
+		 * should start: closed as before, nothing sent. */
+		wcm_log(WCM_LOG_WARN, "connection from %s refused: TLS "
+			"ClientHello, but WISP_TLS=off", h->who);
+		len = -EPROTONOSUPPORT;
+		err = MPA_ERR_NONE;
+	}
 	hs_unlink(ls, h);
 	if (len < 0)
 		wcm_log(WCM_LOG_INFO, "connection from %s: no MPA Request: "
@@ -478,6 +520,7 @@ static void accept_some(struct listener *ls, int lfd, int timeout_ms)
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
+		struct wcm_hs *h;
 		int fd;
 
 		/* Non-blocking: the handshake reads never wait, and the
@@ -493,7 +536,14 @@ static void accept_some(struct listener *ls, int lfd, int timeout_ms)
 			}
 			return;
 		}
-		hs_admit(ls, fd, &peer, timeout_ms);
+		wcm_fd_room(fd);
+		h = hs_admit(ls, fd, &peer, timeout_ms);
+		/* The initiator sends its Request (or ClientHello) right
+		 * after its connect: it is usually here already. Read it
+		 * now rather than after another poll() of every pending
+		 * handshake (issue 13); if not, poll() reports it. */
+		if (h)
+			hs_serve(ls, h);
 	}
 }
 
