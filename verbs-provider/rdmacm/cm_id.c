@@ -19,6 +19,7 @@
 
 #include "cm_internal.h"
 #include "wisp_rdmacm.h"
+#include "common/wisp_startup.h"
 
 static int fail(int neg_errno)
 {
@@ -285,6 +286,14 @@ void wcm_fd_room(int fd)
 		atomic_store(&made, want);
 	}
 	pthread_mutex_unlock(&grow_lock);
+}
+
+void wcm_no_delay(int fd)
+{
+	int ret = wisp_startup_nodelay(fd);
+
+	if (ret)
+		wcm_log(WCM_LOG_WARN, "TCP_NODELAY: %s", strerror(-ret));
 }
 
 void wcm_sock_opts(const struct wcm_id *w, int fd, int family)

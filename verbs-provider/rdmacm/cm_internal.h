@@ -285,7 +285,9 @@ socklen_t wcm_addrlen(const struct sockaddr *sa);
  * wcm.lock held. 0 or a negative errno. */
 int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr);
 
-/* Set the id's socket options (REUSEADDR, TOS, V6ONLY) on fd. */
+/* TCP_NODELAY on fd, a warning if it cannot be set (cm_id.c). */
+void wcm_no_delay(int fd);
+/* Set the id's socket options (REUSEADDR, TOS, V6ONLY, TCP_NODELAY) on fd. */
 void wcm_sock_opts(const struct wcm_id *w, int fd, int family);
 
 /*
@@ -310,8 +312,6 @@ void wcm_conn_put(struct wcm_conn *c);
 /* "a.b.c.d:port" or "[v6]:port" of sa into buf; returns buf. */
 const char *wcm_addr_str(const struct sockaddr *sa, char *buf, size_t len);
 
-/* TCP_NODELAY on fd, a warning if it cannot be set. */
-void wcm_no_delay(int fd);
 
 /*
  * Hand the connected socket fd to the QP of w (state WCM_ATTACHING, set by

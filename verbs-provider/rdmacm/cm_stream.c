@@ -51,14 +51,6 @@ const char *wcm_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 	return buf;
 }
 
-void wcm_no_delay(int fd)
-{
-	int ret = wisp_startup_nodelay(fd);
-
-	if (ret)
-		wcm_log(WCM_LOG_WARN, "TCP_NODELAY: %s", strerror(-ret));
-}
-
 /* The callback will not run (the attach failed): drop its reference. */
 static void conn_cb_gone(struct wcm_id *w)
 {
