@@ -943,7 +943,6 @@ static ssize_t conn_tls_send(struct glue_conn *c, int n)
 	return -1;
 }
 
-
 /*
  * Receive until the socket runs dry or max receives; rx_lock held.
  * Returns 1 at EAGAIN (a polling thread through TLS: also once OpenSSL
