@@ -1158,6 +1158,18 @@ static void conn_send_sync(struct glue_engine *e, struct glue_conn *c,
 		conn_wait_room(e, c);
 		return;
 	}
+	if (r < 0 && errno != EINTR) {
+		/* The peer reset the stream, or it broke: what arrived
+		 * before is still in the socket and may say why (the
+		 * peer's last message, a Terminate). The engine reads it
+		 * first and ends the stream after (visit), as it did when
+		 * the failure came back from an asynchronous send. */
+		c->tx_err = errno;
+		c->tx_busy = false;
+		glue_stat_tx_result(c, -c->tx_err);
+		atomic_store(&c->rx_more, true);
+		return;
+	}
 	tx_result(c, r < 0 ? -errno : r);
 	if (!c->tls && r > 0 && (size_t)r < c->tx_offered &&
 	    !conn_stopped(c)) {
@@ -1420,7 +1432,8 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 			return;
 		atomic_store(&c->tx_handoff, false);
 	}
-	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
+	for (int i = 0; i < 16 && !c->tx_busy && !c->tx_err &&
+			!conn_stopped(c); i++) {
 		int n;
 
 		if (!atomic_exchange(&c->tx_more, false) &&
@@ -1625,6 +1638,12 @@ static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
 	if (conn_state(c) != GLUE_CONN_GONE) {
 		pump_tx(e, c);
 		pump_rx(e, c);
+		/* The engine's send failed: the stream ends now that what
+		 * arrived before was read (conn_send_sync). */
+		if (c->tx_err) {
+			conn_abort(c, c->tx_err);
+			c->tx_err = 0;
+		}
 		pump_tx(e, c);
 		/* The pump stops after a bounded number of operations that
 		 * completed at once (epoll): come back before sleeping, as

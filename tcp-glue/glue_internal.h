@@ -100,6 +100,9 @@ struct glue_conn {
 	struct glue_tls *tls;
 	bool tls_on;              /* tls was set at glue_conn_add: fixed,
 				   * read by any thread */
+	int tx_err;               /* the engine's send failed with it: the
+				   * stream ends once what arrived before
+				   * is read (engine thread) */
 	bool tx_wait;             /* the engine waits for room in the
 				   * socket (arm_tx; tx_busy is set), then
 				   * fills and sends again */
