@@ -1240,7 +1240,10 @@ bool glue_conn_send_now(struct glue_conn *c)
 	 * has the engine look once that one lets go). */
 	if (pthread_mutex_trylock(&c->tx_lock))
 		return false;
-	if (conn_state(c) != GLUE_CONN_OPEN) {
+	/* With WISP_SEND_ZC, not before the engine has taken c over: only
+	 * then is it known whether large sends go zero-copy (zc_ok), and
+	 * a stream posted at once would otherwise all go out copied. */
+	if (conn_state(c) != GLUE_CONN_OPEN || (c->e->zc_min && !c->zc_known)) {
 		glue_tx_unlock(c);
 		return false;
 	}
@@ -1620,6 +1623,7 @@ static void adopt(struct glue_engine *e, struct glue_conn *c)
 		 * thread's glue_conn_send_now reads under it. */
 		pthread_mutex_lock(&c->tx_lock);
 		ret = e->be->conn_add(e, c);
+		c->zc_known = true;
 		pthread_mutex_unlock(&c->tx_lock);
 	}
 	if (ret)

@@ -141,6 +141,7 @@ struct glue_conn {
 	 * for this socket (fixed once adopted). tx_zc: the send in flight
 	 * is zero-copy; tx_busy stays set until its notification. */
 	bool zc_ok;
+	bool zc_known;            /* conn_add ran: zc_ok holds (tx_lock) */
 	bool tx_zc;
 	long zc_res;              /* its result, held until then */
 	uint32_t zc_id;           /* epoll: its notification's number */
