@@ -150,10 +150,6 @@ struct glue_engine_stats {
 	uint64_t zc_sends;     /* sends that went zero-copy */
 	uint64_t zc_copied;    /* of those, the kernel said it copied */
 	uint64_t zc_fallback;  /* refused (ENOBUFS), sent by copy */
-	/* Other threads' requests. */
-	uint64_t kicks;        /* connections they queued for the engine
-				* (a kick, a close, a send left to it) */
-	uint64_t wakes;        /* eventfd writes that woke the engine */
 };
 
 void glue_engine_get_stats(const struct glue_engine *e,
@@ -196,16 +192,11 @@ void glue_conn_kick(struct glue_conn *c);
 
 /*
  * From any thread: send what tx_fill has right now on the calling thread
- * (non-blocking), fill after fill while the socket takes each whole;
- * whatever cannot go at once (the socket is full) is left to the engine,
- * which waits for room. Saves the engine a wake-up per message: in a
- * steady stream the posting thread sends and the engine sleeps. Returns
- * true if the caller need not kick c: octets were sent, or the engine
- * has what is left (it waits for room, or was queued here); false if
- * this thread could not look (another holds the transmit side, c is
- * closing) or tx_fill had nothing. The owner's tx_fill / tx_done must
- * tolerate being called from this thread (they are serialised with the
- * engine's).
+ * (non-blocking), if the engine is not sending on c; whatever cannot go
+ * at once is left to the engine. Saves the engine wake-up on an idle
+ * connection, which is most of a small message's latency. Returns true
+ * if octets were sent. The owner's tx_fill / tx_done must tolerate being
+ * called from this thread (they are serialised with the engine's).
  */
 bool glue_conn_send_now(struct glue_conn *c);
 

@@ -166,10 +166,8 @@ static void wake(struct glue_engine *e)
 	 * that come before the engine is back (a socket added, then kicked
 	 * at once: issue 13) find it taken. The engine sets it again
 	 * before it looks at pending and the ready list, and sleeps. */
-	if (!atomic_exchange(&e->sleeping, false))
-		return;
-	atomic_fetch_add_explicit(&e->req_st.wakes, 1, memory_order_relaxed);
-	if (write(e->wake_fd, &one, sizeof(one)) < 0) {
+	if (atomic_exchange(&e->sleeping, false) &&
+	    write(e->wake_fd, &one, sizeof(one)) < 0) {
 		/* EAGAIN: the counter is saturated, the engine wakes anyway */
 	}
 }
@@ -223,11 +221,8 @@ static bool ready_push(struct glue_conn *c)
  * engine thread the list is looked at before it sleeps. */
 static void ready_kick(struct glue_conn *c)
 {
-	if (!ready_push(c) || glue_on_engine(c->e))
-		return;
-	atomic_fetch_add_explicit(&c->e->req_st.kicks, 1,
-				  memory_order_relaxed);
-	wake(c->e);
+	if (ready_push(c) && !glue_on_engine(c->e))
+		wake(c->e);
 }
 
 /* The engine is about to finish c: true if it may (c is on no list and
@@ -668,10 +663,6 @@ void glue_engine_get_stats(const struct glue_engine *e,
 					     memory_order_relaxed);
 	st->zc_fallback = atomic_load_explicit(&m->zc_st.fallback,
 					       memory_order_relaxed);
-	st->kicks = atomic_load_explicit(&m->req_st.kicks,
-					 memory_order_relaxed);
-	st->wakes = atomic_load_explicit(&m->req_st.wakes,
-					 memory_order_relaxed);
 	st->bp_max_us = (unsigned)(e->bp_max_ns / 1000);
 	st->bp_budget_us = (unsigned)(atomic_load_explicit(&m->bp_budget_pub,
 					memory_order_relaxed) / 1000);
@@ -1015,6 +1006,21 @@ static ssize_t conn_tls_send(struct glue_conn *c, int n)
 	return -1;
 }
 
+/* The engine's TLS send of what tx_fill gave (tx_lock held): the result
+ * reaches glue_tx_result now, or after writability. */
+static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
+			      int n)
+{
+	ssize_t r = conn_tls_send(c, n);
+
+	c->tx_busy = true;
+	if (r < 0 && errno == EAGAIN) {
+		e->be->arm_tx(e, c);
+		return;
+	}
+	glue_tx_result(c, r < 0 ? -errno : r);
+}
+
 /*
  * Receive until the socket runs dry or max receives; rx_lock held.
  * Returns 1 at EAGAIN (a polling thread through TLS: also once OpenSSL
@@ -1128,126 +1134,30 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	return got;
 }
 
-/* ------------------------------------------------------------------ */
-/* Who sends                                                          */
-/* ------------------------------------------------------------------ */
-
-/*
- * A stream's octets leave from two kinds of thread: a posting thread
- * (glue_conn_send_now, right after ibv_post_send queued a WR, or a
- * polling thread that answers what it received) and the engine. Both
- * send the same way: tx_fill, one non-blocking sendmsg (or TLS records,
- * sealed by whoever sends) of what it gave, tx_done with what the socket
- * took, all under tx_lock, and never while a send is in flight
- * (tx_busy). So one stream's FPDUs neither interleave nor reorder, and a
- * WR completes once its last octet is in the socket, whoever sent it.
- *
- * In a steady stream the posting thread sends, as a TCP writer does:
- * each post sends its WR, fill after fill while the socket takes each
- * whole, and the engine sleeps. The engine sends what no posting thread
- * will (what arrival calls for: Read Responses, Terminates; the RTR;
- * timers; the last octets before a close) and whatever a posting thread
- * left because the socket was full. It too sends at once, on its own
- * thread, and keeps the transmit side only while the socket refuses:
- * it then waits for room (arm_tx, with tx_busy and tx_wait set) and
- * fills again. Its send is never left in flight on a socket with room.
- * That matters because a post that finds a send in flight leaves its WR
- * to the engine: with an asynchronous io_uring send per batch, each
- * post during one batch's flight joined the next batch, so the engine
- * kept the stream and each post woke it (docs/benchmarks.md "WRITE
- * 64 KiB with a CPU-bound background process"). A post that finds the
- * engine waiting for room leaves its WR without waking it: the engine
- * fills again once room comes (tx_result sets tx_more).
- *
- * Zero-copy sends (WISP_SEND_ZC) go to the backend (start_tx) and stay
- * in flight until the kernel's notification ("Zero-copy sends").
- */
-
-/* A send's result, octets or -errno (tx_lock held). */
-static void tx_result(struct glue_conn *c, long res)
+void glue_tx_result(struct glue_conn *c, long res)
 {
 	int close;
 
-	if (c->tx_wait)
-		glue_stat_tx_room(c);
-	else
-		glue_stat_tx_result(c, res);
+	pthread_mutex_lock(&c->tx_lock);
 	c->tx_busy = false;
 	c->tx_zc = false;
-	c->tx_wait = false;
+	glue_stat_tx_result(c, res);
 	if (conn_stopped(c))
-		return;
+		goto out;
 	if (res < 0) {
 		if (res == -EAGAIN || res == -EINTR)
 			atomic_store(&c->tx_more, true);
 		else
 			conn_abort(c, (int)-res);
-		return;
+		goto out;
 	}
 	atomic_store(&c->tx_more, true);
 	close = c->ops->tx_done(c->arg, (size_t)res);
 	if (close)
 		conn_start_close(c);
-}
-
-void glue_tx_result(struct glue_conn *c, long res)
-{
-	pthread_mutex_lock(&c->tx_lock);
-	tx_result(c, res);
+out:
 	pthread_mutex_unlock(&c->tx_lock);
 	ready_push(c);            /* engine thread */
-}
-
-/* The engine waits for room in c's socket, then fills again (tx_lock
- * held): glue_tx_result(c, -EAGAIN) follows. */
-static void conn_wait_room(struct glue_engine *e, struct glue_conn *c)
-{
-	c->tx_busy = true;
-	c->tx_wait = true;
-	e->be->arm_tx(e, c);
-}
-
-/* The engine's send of c->tx_msg, c->tx_iov[0..n) (tx_lock held): now,
- * without blocking; its result is in when this returns, unless the
- * socket is full, and then the engine waits for room. A short plaintext
- * send means the socket is full too (a TLS send also stops at the end
- * of a record, so it waits only once a send is refused). */
-static void conn_send_sync(struct glue_engine *e, struct glue_conn *c,
-			   int n)
-{
-	ssize_t r;
-
-	c->tx_busy = true;
-	if (c->tls) {
-		r = conn_tls_send(c, n);
-	} else {
-		glue_stat_tx_start(c);
-		r = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
-	if (r < 0 && errno == EAGAIN) {
-		if (!c->tls)
-			glue_stat_tx_eagain(c);
-		conn_wait_room(e, c);
-		return;
-	}
-	if (r < 0 && errno != EINTR) {
-		/* The peer reset the stream, or it broke: what arrived
-		 * before is still in the socket and may say why (the
-		 * peer's last message, a Terminate). The engine reads it
-		 * first and ends the stream after (visit), as it did when
-		 * the failure came back from an asynchronous send. */
-		c->tx_err = errno;
-		c->tx_busy = false;
-		glue_stat_tx_result(c, -c->tx_err);
-		atomic_store(&c->rx_more, true);
-		return;
-	}
-	tx_result(c, r < 0 ? -errno : r);
-	if (!c->tls && r > 0 && (size_t)r < c->tx_offered &&
-	    !conn_stopped(c)) {
-		glue_stat_tx_wait_begin(c);
-		conn_wait_room(e, c);
-	}
 }
 
 void glue_tx_unlock(struct glue_conn *c)
@@ -1260,32 +1170,29 @@ void glue_tx_unlock(struct glue_conn *c)
 		ready_kick(c);    /* the engine left: it looks again now */
 }
 
-/* The fills one glue_conn_send_now sends at most before it leaves the
- * rest to the engine: a bound on one post's time. */
-#define SEND_NOW_FILLS 16
-
-/* One fill sent by a posting thread (tx_lock held, nothing in flight):
- * 1 if the socket took all of it, 0 if tx_fill had nothing, -1 if the
- * rest is the engine's (a short send or EAGAIN: the socket is full; a
- * zero-copy send; an error; a close). */
-static int send_now_fill(struct glue_conn *c, bool *sent, int *close)
+bool glue_conn_send_now(struct glue_conn *c)
 {
-	size_t offered = 0;
 	ssize_t n;
-	int niov, err;
+	int niov, close = 0;
+	bool sent = false, more = false;
 
-	/* What tx_fill has is taken now; the caller sets tx_more again if
-	 * any is left. */
+	/* Busy: the engine is at it and will see the kick. */
+	if (pthread_mutex_trylock(&c->tx_lock))
+		return false;
+	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
+		goto out;
+	/* What tx_fill has is taken now; more is set again below if any
+	 * is left. */
 	atomic_store(&c->tx_more, false);
 	niov = conn_tx_fill(c);
 	if (niov <= 0)
-		return 0;
-	/* Large enough to go zero-copy: the engine's to send, and to hold
-	 * until the kernel's notification. */
-	if (conn_zc_wanted(c, niov))
-		return -1;
-	for (int i = 0; i < niov; i++)
-		offered += c->tx_iov[i].iov_len;
+		goto out;
+	if (conn_zc_wanted(c, niov)) {
+		/* Large enough to go zero-copy: the engine's to send, and
+		 * to hold until the kernel's notification. */
+		more = true;
+		goto out;
+	}
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
 	TSAN_SENT(c);
@@ -1293,72 +1200,24 @@ static int send_now_fill(struct glue_conn *c, bool *sent, int *close)
 		n = conn_tls_send(c, niov);
 	else
 		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-	err = errno;
-	glue_stat_tx_direct(c, niov, n, err);
+	glue_stat_tx_direct(c, niov, n, errno);
 	if (n > 0) {
-		*close = c->ops->tx_done(c->arg, (size_t)n);
-		*sent = true;
+		close = c->ops->tx_done(c->arg, (size_t)n);
+		sent = true;
 	}
-	return n < 0 || (size_t)n < offered || *close ? -1 : 1;
-}
-
-bool glue_conn_send_now(struct glue_conn *c)
-{
-	bool sent = false, more = true, kick = false;
-	int close = 0;
-
-	/* Another thread sends: the engine (its pump takes the kick that
-	 * follows on its next turn) or another posting thread (the kick
-	 * has the engine look once that one lets go). */
-	if (pthread_mutex_trylock(&c->tx_lock))
-		return false;
-	/* With WISP_SEND_ZC, not before the engine has taken c over: only
-	 * then is it known whether large sends go zero-copy (zc_ok), and
-	 * a stream posted at once would otherwise all go out copied. */
-	if (conn_state(c) != GLUE_CONN_OPEN || (c->e->zc_min && !c->zc_known)) {
-		glue_tx_unlock(c);
-		return false;
-	}
-	if (c->tx_busy) {
-		/* The engine's send, or its wait for room, is under way: its
-		 * result has it fill again, which takes what was posted
-		 * now. A kick would only wake it to find that send still
-		 * out ("Who sends"). */
-		glue_tx_unlock(c);
-		return true;
-	}
-	for (int i = 0; i < SEND_NOW_FILLS; i++) {
-		int r = send_now_fill(c, &sent, &close);
-
-		if (r == 0)
-			more = false;         /* everything went */
-		if (r <= 0)
-			break;
-	}
+	/* Anything left (partial send, EAGAIN, an error to report, a close
+	 * to start) is the engine's: it looks again after the kick. */
 	if (close)
 		atomic_store(&c->close_req, true);
-	pthread_mutex_unlock(&c->tx_lock);
-	/* The engine found the side taken and left (tx_handoff). What it
-	 * came for was sent here, unless more is left, someone asked for
-	 * a send since the last fill (tx_more: what arrived calls for one;
-	 * kicked: another posting thread could not look), or c is
-	 * closing: then it looks again. Queueing it regardless woke the
-	 * engine for nothing while this thread sent a stream. pump_tx sets
-	 * the flag before its second try of the lock, and this exchange
-	 * follows the unlock, so one of the two sees the other. */
-	if (atomic_exchange(&c->tx_handoff, false) &&
-	    (more || atomic_load(&c->tx_more) || atomic_load(&c->kicked) ||
-	     conn_state(c) != GLUE_CONN_OPEN))
-		kick = true;
-	/* Anything left (the socket is full, a zero-copy send, an error to
-	 * report, a close to start) is the engine's. */
+	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
+out:
+	glue_tx_unlock(c);
 	if (more) {
 		atomic_store(&c->tx_more, true);
-		kick |= !tx_left_to_poller(c);
+		if (!tx_left_to_poller(c))
+			ready_kick(c);
 	}
-	if (kick)
-		ready_kick(c);
-	return sent || more;
+	return sent;
 }
 
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)
@@ -1509,8 +1368,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 	if (pthread_mutex_trylock(&c->tx_lock)) {
 		/* A posting thread is sending (glue_conn_send_now): it takes
 		 * whatever tx_fill has, and once it lets go of the lock it
-		 * queues c again if anything is left for the engine
-		 * (glue_conn_send_now, glue_tx_unlock). Waiting on the lock put
+		 * queues c again (glue_tx_unlock). Waiting on the lock put
 		 * the engine to sleep on a futex and made that thread wake
 		 * it, for one message in three of a WRITE ping-pong on the
 		 * epoll engine (docs/benchmarks.md). */
@@ -1519,8 +1377,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 			return;
 		atomic_store(&c->tx_handoff, false);
 	}
-	for (int i = 0; i < 16 && !c->tx_busy && !c->tx_err &&
-			!conn_stopped(c); i++) {
+	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
 
 		if (!atomic_exchange(&c->tx_more, false) &&
@@ -1530,17 +1387,19 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		n = conn_tx_fill(c);
 		if (n <= 0)
 			break;
-		c->tx_msg.msg_iov = c->tx_iov;
-		c->tx_msg.msg_iovlen = (size_t)n;
-		TSAN_SENT(c);
-		bp_active(e);
-		if (!conn_zc_wanted(c, n)) {
-			conn_send_sync(e, c, n);
+		if (c->tls) {
+			TSAN_SENT(c);
+			bp_active(e);
+			conn_tls_start_tx(e, c, n);
 			continue;
 		}
+		c->tx_msg.msg_iov = c->tx_iov;
+		c->tx_msg.msg_iovlen = (size_t)n;
 		c->tx_busy = true;
-		c->tx_zc = true;
+		c->tx_zc = conn_zc_wanted(c, n);
 		glue_stat_tx_start(c);
+		TSAN_SENT(c);
+		bp_active(e);
 		e->be->start_tx(e, c);
 	}
 	/* A graceful close half-closes once everything queued is out. */
@@ -1707,7 +1566,6 @@ static void adopt(struct glue_engine *e, struct glue_conn *c)
 		 * thread's glue_conn_send_now reads under it. */
 		pthread_mutex_lock(&c->tx_lock);
 		ret = e->be->conn_add(e, c);
-		c->zc_known = true;
 		pthread_mutex_unlock(&c->tx_lock);
 	}
 	if (ret)
@@ -1726,12 +1584,6 @@ static void visit(struct glue_engine *e, struct glue_conn *c, int64_t now)
 	if (conn_state(c) != GLUE_CONN_GONE) {
 		pump_tx(e, c);
 		pump_rx(e, c);
-		/* The engine's send failed: the stream ends now that what
-		 * arrived before was read (conn_send_sync). */
-		if (c->tx_err) {
-			conn_abort(c, c->tx_err);
-			c->tx_err = 0;
-		}
 		pump_tx(e, c);
 		/* The pump stops after a bounded number of operations that
 		 * completed at once (epoll): come back before sleeping, as

@@ -243,10 +243,8 @@ static int ep_poll(struct glue_engine *e, int timeout_ms)
 		}
 		if ((c->ep_want & EPOLLOUT) && (ev & EPOLLOUT)) {
 			c->ep_want &= ~(uint32_t)EPOLLOUT;
-			/* The engine waits for room, then fills again; a
-			 * zero-copy send is sent again as it was. */
-			if (c->tx_busy && c->tx_wait)
-				glue_tx_result(c, -EAGAIN);
+			if (c->tx_busy && c->tls)
+				glue_tx_result(c, -EAGAIN);   /* TLS retries */
 			else if (c->tx_busy)
 				try_tx(e, p, c);
 		}

@@ -59,8 +59,7 @@ struct glue_conn {
 
 	_Atomic(enum glue_conn_state) state;
 	/* Operations in flight, whatever the state (engine thread). */
-	bool tx_busy;             /* a send is in flight, or the engine
-				   * waits for room in the socket */
+	bool tx_busy;             /* a send is in flight / waiting */
 	bool rx_armed;            /* waiting for readability */
 	bool rx_op;               /* io_uring: a poll op references c */
 	/* Busy polling: the engine reads c's socket itself on every pass
@@ -87,9 +86,6 @@ struct glue_conn {
 	atomic_bool tx_handoff;
 	/* Transmit side: taken by the engine around tx_fill / tx_done and
 	 * by a posting thread that sends directly (glue_conn_send_now).
-	 * Every send of c's octets, by any thread, is made under it, and
-	 * none while an earlier one is in flight (tx_busy): the stream's
-	 * FPDUs go out whole and in order (glue_engine.c "Who sends").
 	 * Recursive: epoll completes a send inside start_tx. */
 	pthread_mutex_t tx_lock;
 	int reason;
@@ -105,12 +101,7 @@ struct glue_conn {
 	struct glue_tls *tls;
 	bool tls_on;              /* tls was set at glue_conn_add: fixed,
 				   * read by any thread */
-	int tx_err;               /* the engine's send failed with it: the
-				   * stream ends once what arrived before
-				   * is read (engine thread) */
-	bool tx_wait;             /* the engine waits for room in the
-				   * socket (arm_tx; tx_busy is set), then
-				   * fills and sends again */
+	bool tx_wait;             /* TLS: waiting for writability */
 	/* TLS: the engine leaves sending to the thread that polls c
 	 * (glue_engine.c "TLS"); it looks again within GLUE_APP_POLL_MS. */
 	atomic_bool tx_deferred;
@@ -146,7 +137,6 @@ struct glue_conn {
 	 * for this socket (fixed once adopted). tx_zc: the send in flight
 	 * is zero-copy; tx_busy stays set until its notification. */
 	bool zc_ok;
-	bool zc_known;            /* conn_add ran: zc_ok holds (tx_lock) */
 	bool tx_zc;
 	long zc_res;              /* its result, held until then */
 	uint32_t zc_id;           /* epoll: its notification's number */
@@ -162,15 +152,8 @@ void glue_stat_tx_start(struct glue_conn *c);
 void glue_stat_tx_result(struct glue_conn *c, long res);
 /* A posting thread's sendmsg of niov iovecs returned n (errno err). */
 void glue_stat_tx_direct(struct glue_conn *c, int niov, long n, int err);
-/* The engine's send (or the epoll backend's) found the socket full and
- * waits for room. */
+/* The epoll backend found the socket full and waits for room. */
 void glue_stat_tx_eagain(struct glue_conn *c);
-/* After a short send the engine waits for room: the wait counts from
- * now. */
-void glue_stat_tx_wait_begin(struct glue_conn *c);
-/* The engine's wait for room ended (writable, or the connection is
- * going): its time joins tx_wait_ns. */
-void glue_stat_tx_room(struct glue_conn *c);
 /* A recvmsg returned r (errno err); engine: on the engine thread. */
 void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
 /* The busy-polling engine found c readable. */
@@ -184,13 +167,11 @@ struct glue_backend {
 	void (*conn_del)(struct glue_engine *e, struct glue_conn *c);
 	/* Wait for c to become readable: glue_rx_ready() follows. */
 	void (*arm_rx)(struct glue_engine *e, struct glue_conn *c);
-	/* Start the send described by c->tx_msg. The engine hands only
-	 * zero-copy sends (c->tx_zc) to the backend and makes all others
-	 * itself (glue_engine.c "Who sends"). The result reaches
+	/* Start the send described by c->tx_msg. The result reaches
 	 * glue_tx_result(), possibly before this returns. */
 	void (*start_tx)(struct glue_engine *e, struct glue_conn *c);
-	/* Wait for c to become writable; glue_tx_result(c, -EAGAIN)
-	 * follows (c->tx_busy and c->tx_wait are set meanwhile). */
+	/* TLS: wait for c to become writable; glue_tx_result(c, -EAGAIN)
+	 * follows (c->tx_busy is set meanwhile). */
 	void (*arm_tx)(struct glue_engine *e, struct glue_conn *c);
 	/* Block for events up to timeout_ms (-1: no limit) and dispatch
 	 * them; the wake eventfd ends the wait. */
@@ -258,11 +239,6 @@ struct glue_engine {
 	struct {
 		_Atomic uint64_t sends, copied, fallback;
 	} zc_st;
-	/* Other threads' requests (glue_engine_stats): connections they
-	 * queued for the engine, and eventfd writes that woke it. */
-	struct {
-		_Atomic uint64_t kicks, wakes;
-	} req_st;
 
 	pthread_mutex_t cmd_lock;
 	pthread_cond_t cmd_cond;

@@ -5,9 +5,8 @@
  * Called with the side's lock held (tx_lock, rx_lock), so increments are
  * relaxed loads and stores (tx_eagain, counted by the epoll backend
  * outside tx_lock, and the busy-polling hits, counted by the engine
- * without rx_lock, take an atomic add). The only clock reads are the
- * engine's, once per send it makes and once per wait for room after a
- * short one (clock_gettime through the vDSO: no system call).
+ * without rx_lock, take an atomic add). The only clock read is the engine's, once per
+ * submitted send (clock_gettime through the vDSO: no system call).
  */
 #include "glue_internal.h"
 
@@ -92,14 +91,13 @@ void glue_stat_tx_start(struct glue_conn *c)
 	c->tx_start_ns = now_ns();
 }
 
-/* The time since c->tx_start_ns joins tx_wait_ns; false if no send or
- * wait was being timed. */
-static bool tx_waited(struct glue_conn *c, struct glue_conn_stats *st)
+void glue_stat_tx_result(struct glue_conn *c, long res)
 {
+	struct glue_conn_stats *st = stats(c);
 	int64_t waited;
 
 	if (!c->tx_start_ns)
-		return false;
+		return;
 	waited = now_ns() - c->tx_start_ns;
 	c->tx_start_ns = 0;
 	if (waited > 0) {
@@ -111,25 +109,6 @@ static bool tx_waited(struct glue_conn *c, struct glue_conn_stats *st)
 					      (uint64_t)waited,
 					      memory_order_relaxed);
 	}
-	return true;
-}
-
-void glue_stat_tx_wait_begin(struct glue_conn *c)
-{
-	c->tx_start_ns = now_ns();
-}
-
-void glue_stat_tx_room(struct glue_conn *c)
-{
-	tx_waited(c, stats(c));
-}
-
-void glue_stat_tx_result(struct glue_conn *c, long res)
-{
-	struct glue_conn_stats *st = stats(c);
-
-	if (!tx_waited(c, st))
-		return;
 	if (res == -EAGAIN)
 		atomic_fetch_add_explicit(&st->tx_eagain, 1,
 					  memory_order_relaxed);

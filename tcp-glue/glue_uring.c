@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * glue_uring.c - the io_uring backend: per connection a readiness poll
- * for receiving, and for sending while the socket is full (the engine
- * sends on its own thread otherwise: glue_engine.c "Who sends"), or a
- * zero-copy sendmsg in flight; a read on the wake eventfd; all reaped
- * from a single completion queue.
+ * glue_uring.c - the io_uring backend: one recvmsg and one sendmsg in
+ * flight per connection, and a read on the wake eventfd, all reaped from
+ * a single completion queue.
  */
 #include "glue_internal.h"
 
@@ -220,8 +218,8 @@ static void uring_arm_tx(struct glue_engine *e, struct glue_conn *c)
 		glue_tx_result(c, -EAGAIN);
 		return;
 	}
-	/* The engine sends from its thread (sendmsg, or TLS records):
-	 * only the wait for room is the ring's. */
+	/* TLS sends from user space (glue_tls_tx): only the readiness is
+	 * the ring's. */
 	io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TXPOLL);
 }
