@@ -869,38 +869,21 @@ static bool mem_uring_recv8(struct mem_end *e, uint64_t *v)
 	return true;
 }
 
-/* Receive 8 octets into *v with blocking recv(); false at the end. */
-static bool mem_recv8(int fd, uint64_t *v)
+/* Receive 8 octets into *v, false at the end: with blocking recv(), or
+ * (spin) without sleeping, recv(MSG_DONTWAIT) and sched_yield() when
+ * there is nothing. */
+static bool mem_recv8(int fd, uint64_t *v, bool spin)
 {
 	uint8_t *p = (uint8_t *)v;
 	size_t got = 0;
 
 	while (got < sizeof(*v)) {
-		ssize_t n = recv(fd, p + got, sizeof(*v) - got, 0);
+		ssize_t n = recv(fd, p + got, sizeof(*v) - got,
+				 spin ? MSG_DONTWAIT : 0);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			die("TCP recv: %s", strerror(errno));
-		if (n == 0)
-			return false;
-		got += (size_t)n;
-	}
-	return true;
-}
-
-/* Receive 8 octets into *v without sleeping: recv(MSG_DONTWAIT),
- * sched_yield() when there is nothing; false at the end. */
-static bool mem_spin8(int fd, uint64_t *v)
-{
-	uint8_t *p = (uint8_t *)v;
-	size_t got = 0;
-
-	while (got < sizeof(*v)) {
-		ssize_t n = recv(fd, p + got, sizeof(*v) - got, MSG_DONTWAIT);
-
-		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-			sched_yield();
+		if (n < 0 && (errno == EINTR || (spin && errno == EAGAIN))) {
+			if (spin)
+				sched_yield();
 			continue;
 		}
 		if (n < 0)
@@ -921,8 +904,7 @@ static void *mem_reader_main(void *arg)
 
 	for (;;) {
 		bool ok = e->kind == MEM_URING ? mem_uring_recv8(e, &v) :
-			  e->kind == MEM_SPIN ? mem_spin8(e->fd, &v) :
-			  mem_recv8(e->fd, &v);
+			  mem_recv8(e->fd, &v, e->kind == MEM_SPIN);
 
 		if (!ok)
 			return NULL;

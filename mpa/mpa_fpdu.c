@@ -140,6 +140,16 @@ static int out_data(struct fpdu_out *o, const uint8_t *base, size_t len)
 	return 0;
 }
 
+/* CRC32c over the octets of iov[0..n), in order. */
+static uint32_t crc_of(const struct iovec *iov, int n)
+{
+	uint32_t st = MPA_CRC_INIT;
+
+	for (int i = 0; i < n; i++)
+		st = mpa_crc_update(st, iov[i].iov_base, iov[i].iov_len);
+	return mpa_crc_final(st);
+}
+
 /*
  * mpa_fpdu_frame() without markers: length field, ULPDU pieces, pad +
  * CRC, adjacent pieces merged; the caller checked the arguments and the
@@ -168,16 +178,10 @@ static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		return ret;
 	/* RFC 5044 4.4: the CRC covers the FPDU from ULPDU_Length to the
 	 * end of PAD; without CRC the field is zero. */
-	if (tx->crc) {
-		uint32_t st = MPA_CRC_INIT;
-
-		for (i = 0; i < o.cnt; i++)
-			st = mpa_crc_update(st, out[i].iov_base,
-					    out[i].iov_len);
-		mpa_crc_put(crc_field, mpa_crc_final(st));
-	} else {
+	if (tx->crc)
+		mpa_crc_put(crc_field, crc_of(out, o.cnt));
+	else
 		memset(crc_field, 0, MPA_CRC_LEN);
-	}
 	ret = out_push(&o, crc_field, MPA_CRC_LEN);
 	if (ret)
 		return ret;
@@ -269,14 +273,8 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	ret = out_marker(&o);
 	if (ret)
 		return ret;
-	if (tx->crc) {
-		uint32_t st = MPA_CRC_INIT;
-
-		for (i = 0; i < o.cnt; i++)
-			st = mpa_crc_update(st, out[i].iov_base,
-					    out[i].iov_len);
-		mpa_crc_put(crc_field, mpa_crc_final(st));
-	}
+	if (tx->crc)
+		mpa_crc_put(crc_field, crc_of(out, o.cnt));
 	ret = out_data(&o, crc_field, MPA_CRC_LEN);
 	if (ret)
 		return ret;

@@ -2102,15 +2102,7 @@ static void conn_sockets_ready(bool wildcard)
 	cr_assert_eq(check_conn_sockets(cl, sv), 2, "both ends' sockets");
 	send_recv(cl, sv);
 	send_recv(sv, cl);
-	cr_assert_eq(rdma_disconnect(cl), 0);
-	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
-				       WAIT_MS));
-	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
-				       WAIT_MS));
-	rdma_destroy_qp(cl);
-	rdma_destroy_qp(sv);
-	rdma_destroy_id(cl);
-	rdma_destroy_id(sv);
+	tear_down(sch, cch, cl, sv);
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
