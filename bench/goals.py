@@ -3,8 +3,10 @@
 """The goals table and chart of docs/benchmarks.md, from bench/goals.sh.
 
 Reads DIR/loopback.csv, DIR/mtu1500.csv and DIR/mtu1500-mss.csv
-(wisp_bench --csv, the latest run of each CRC setting in each) and DIR/connrate.txt (wisp_connrate's
-output), and writes a Markdown table: each goal, the figure on each path
+(wisp_bench --csv, the latest run of each CRC setting in each), the same
+with -busy (WRITE 64 KiB beside a CPU-bound loop), DIR/connrate.txt
+(wisp_connrate's output) and DIR/soak.txt (tests/fault/run-soak.sh's:
+resident memory per idle QP), and writes a Markdown table: each goal, the figure on each path
 (the ratio wisp / raw TCP of the same run, the wisp and TCP figures, and
 CPU seconds per GiB moved for bandwidth), and whether it is met. The
 chart shows the same ratios as bars beside each goal's line.
@@ -24,22 +26,27 @@ import sys
 PATHS = [("loopback", "loopback"), ("mtu1500", "MTU 1500 veth"),
          ("mtu1500-mss", "MTU 1500, FPDU ≤ MSS")]
 
-# (key, label, test, metric, crc, goal, higher_is_better, baseline)
+# (key, label, test, metric, crc, goal, higher_is_better, baseline, csv)
+# csv: "" for PATH.csv, "-busy" for PATH-busy.csv.
 GOALS = [
     ("w64", "WRITE 64 KiB", "write_64k", "bandwidth", "off", 0.95, True,
-     "TCP"),
+     "TCP", ""),
     ("w64c", "WRITE 64 KiB, CRC on", "write_64k", "bandwidth", "on", 0.90,
-     True, "TCP"),
+     True, "TCP", ""),
     ("w1m", "WRITE 1 MiB", "write_1m", "bandwidth", "off", 0.95, True,
-     "TCP"),
+     "TCP", ""),
     ("r64", "READ 64 KiB", "read_64k", "bandwidth", "off", 0.90, True,
-     "TCP"),
+     "TCP", ""),
     ("w4k", "WRITE 4 KiB", "write_4k", "bandwidth", "off", 0.80, True,
-     "TCP"),
+     "TCP", ""),
     ("s50", "SEND 8 B median", "send_lat", "p50_tcp_polled", "on", 1.10,
-     False, "polled TCP"),
+     False, "polled TCP", ""),
     ("s99", "SEND 8 B p99", "send_lat", "p99_tcp_polled", "on", 1.50,
-     False, "polled TCP"),
+     False, "polled TCP", ""),
+    ("wpp", "WRITE ping-pong, memory-polling, median", "write_lat",
+     "p50_send_lat", "on", 1.30, False, "SEND ping-pong", ""),
+    ("busy", "WRITE 64 KiB, busy host", "write_64k",
+     "bandwidth", "off", 0.80, True, "TCP beside the same CPU-bound loop", "-busy"),
 ]
 
 GIB = 1 << 30
@@ -104,6 +111,25 @@ def connrate(path):
         len(wisp)
 
 
+def soak(path):
+    """(most KiB per idle QP of either side, QPs) or None."""
+    if not os.path.exists(path):
+        return None
+    per_qp, n = [], 0
+    with open(path) as f:
+        for line in f:
+            m = re.search(r"soak: (\d+) QPs connected;.*: ([\d.]+) KiB per QP",
+                          line)
+            if m:
+                n = int(m.group(1))
+                per_qp.append(float(m.group(2)))
+            m = re.search(r"idle again after the busy phase:.*: ([\d.]+) KiB "
+                          r"per QP", line)
+            if m:
+                per_qp.append(float(m.group(1)))
+    return (max(per_qp), n) if per_qp and n else None
+
+
 def cell(r, higher):
     if r is None:
         return "not measured"
@@ -130,24 +156,26 @@ def main():
     ap.add_argument("-o", "--output", help="write the chart (PNG) here")
     a = ap.parse_args()
 
-    rows = {p: latest_rows(os.path.join(a.dir, p + ".csv")) for p, _ in PATHS}
+    rows = {(p, src): latest_rows(os.path.join(a.dir, p + src + ".csv"))
+            for p, _ in PATHS for src in {g[8] for g in GOALS}}
     if not any(rows.values()):
         sys.exit(f"goals.py: no wisp_bench CSV in {a.dir}")
     lines = []
     meta = []
-    for p, label in PATHS:
+    for (p, src), rs in sorted(rows.items()):
+        label = dict(PATHS)[p] + (", busy loop beside" if src else "")
         runs = sorted({(r["run"], r["crc"], r["load"], r["engine"],
-                        r["repeat"]) for r in rows[p]})
+                        r["repeat"]) for r in rs})
         for run, crc, load, eng, rep in runs:
             meta.append(f"{label}: run {run}, CRC {crc}, engine {eng}, "
                         f"best of {rep}, load {load}")
     lines.append("| goal | " + " | ".join(l for _, l in PATHS) + " |")
     lines.append("| --- |" + " --- |" * len(PATHS))
     chart = []
-    for key, label, test, metric, crc, goal, higher, base in GOALS:
+    for key, label, test, metric, crc, goal, higher, base, src in GOALS:
         cells, marks = [], []
         for p, _ in PATHS:
-            r = find(rows[p], test, metric, crc)
+            r = find(rows[(p, src)], test, metric, crc)
             ok = verdict(r, goal, higher)
             marks.append(ok)
             tag = "" if ok is None else (" **met**" if ok else " not met")
@@ -166,6 +194,15 @@ def main():
             f"(loopback) | {rate:,.0f}/s (median of {n}), slowest "
             f"{slow:.0f} ms; raw TCP {tcp:,.0f}/s"
             f"{' **met**' if met else ' not met'} |" + " – |" * (len(PATHS) - 1))
+    mem = soak(os.path.join(a.dir, "soak.txt"))
+    if mem:
+        worst, n = mem
+        lines.append(
+            f"| resident memory ≤ 64 KiB per idle connected QP (loopback, "
+            f"{n:,} QPs) | {worst:.1f} KiB per QP, the most of either side, "
+            f"idle and idle after a busy phase"
+            f"{' **met**' if worst <= 64 else ' not met'} |" +
+            " – |" * (len(PATHS) - 1))
     text = "\n".join(["Runs: " + "; ".join(meta), ""] + lines) + "\n"
     if a.md:
         with open(a.md, "w") as f:
@@ -185,7 +222,7 @@ def draw(chart, path):
         sys.exit(f"goals.py: {sys.executable} has no matplotlib: apt-get "
                  "install python3-matplotlib and run /usr/bin/python3")
     labels = [g[1] for g in GOALS]
-    fig, ax = plt.subplots(figsize=(9, 5.2))
+    fig, ax = plt.subplots(figsize=(11, 5.4))
     width = 0.27
     colours = {"loopback": "#4878a8", "mtu1500": "#e0a040",
                "mtu1500-mss": "#8a6bb0"}
