@@ -1201,17 +1201,14 @@ bool glue_conn_send_now(struct glue_conn *c)
 {
 	ssize_t n;
 	int niov, close = 0;
-	bool sent = false, more = false, burst;
+	bool sent = false, more = false;
 
 	/* Busy: the engine is at it and will see the kick. */
 	if (pthread_mutex_trylock(&c->tx_lock))
 		return false;
-	/* A post that finds the engine's send in flight is still one of
-	 * the burst: counted before that check. */
-	burst = tx_burst(c);
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
-	if (burst) {
+	if (tx_burst(c)) {
 		/* The engine sends it, with what follows: the kick below. */
 		more = true;
 		goto out;
