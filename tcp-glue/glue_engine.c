@@ -1170,33 +1170,6 @@ void glue_tx_unlock(struct glue_conn *c)
 		ready_kick(c);    /* the engine left: it looks again now */
 }
 
-/*
- * A burst of small posts (issue 13, WRITE 4 KiB): a posting thread that
- * sent each WR itself made one sendmsg, one TCP segment and one wake-up
- * of the peer's engine per WR. Once it posts again right after its last
- * send (within GLUE_BURST_GAP_NS) more than GLUE_BURST_POSTS times in a
- * row, and its sends are small (GLUE_BURST_SMALL octets at most), it
- * leaves the WR in the SQ for the engine
- * instead: the engine, on the other CPU, sends everything posted
- * meanwhile in one sendmsg, and the posts made while that send is in
- * flight ride on the next. A lone post, a ping-pong's (its posts are a
- * round trip apart) and the first posts of a burst are still sent at
- * once. Not through TLS (a polling thread sends those itself), and never
- * with large sends, which fill segments anyway. tx_lock held.
- */
-static bool tx_burst(struct glue_conn *c)
-{
-	int64_t t = now_ns();
-	bool quick = t - c->tx_post_ns < GLUE_BURST_GAP_NS;
-
-	c->tx_post_ns = t;
-	if (!quick || c->tls || c->tx_post_octets > GLUE_BURST_SMALL) {
-		c->tx_streak = 0;
-		return false;
-	}
-	return ++c->tx_streak > GLUE_BURST_POSTS;
-}
-
 bool glue_conn_send_now(struct glue_conn *c)
 {
 	ssize_t n;
@@ -1208,11 +1181,6 @@ bool glue_conn_send_now(struct glue_conn *c)
 		return false;
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
-	if (tx_burst(c)) {
-		/* The engine sends it, with what follows: the kick below. */
-		more = true;
-		goto out;
-	}
 	/* What tx_fill has is taken now; more is set again below if any
 	 * is left. */
 	atomic_store(&c->tx_more, false);
@@ -1242,8 +1210,6 @@ bool glue_conn_send_now(struct glue_conn *c)
 	if (close)
 		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
-	c->tx_post_ns = now_ns();
-	c->tx_post_octets = n > 0 ? (size_t)n : 0;
 out:
 	glue_tx_unlock(c);
 	if (more) {

@@ -20,14 +20,6 @@
  * GLUE_APP_POLL_MAX_MS (glue_engine.c, pump_rx). */
 #define GLUE_APP_POLL_MS 2
 #define GLUE_APP_POLL_MAX_MS 8
-/* A burst of small posts goes to the engine (glue_engine.c, tx_burst):
- * a post within GLUE_BURST_GAP_NS of the posting thread's last send, the
- * (GLUE_BURST_POSTS + 1)th such in a row, after sends of at most
- * GLUE_BURST_SMALL octets. The gap is below any round trip, so a
- * ping-pong's posts are never in a burst. */
-#define GLUE_BURST_GAP_NS 2000
-#define GLUE_BURST_POSTS 2
-#define GLUE_BURST_SMALL 16384u
 
 /*
  * The life of a connection. It only moves down this list, on the engine
@@ -149,12 +141,6 @@ struct glue_conn {
 	long zc_res;              /* its result, held until then */
 	uint32_t zc_id;           /* epoll: its notification's number */
 	uint32_t zc_next;         /* epoll: the next MSG_ZEROCOPY's */
-	/* A posting thread's burst (glue_engine.c, tx_burst), under
-	 * tx_lock: when it last left glue_conn_send_now, how many posts
-	 * in a row came right after, and what its last sendmsg took. */
-	int64_t tx_post_ns;
-	int tx_streak;
-	size_t tx_post_octets;
 
 };
 
