@@ -267,11 +267,6 @@ void glue_conn_polled(struct glue_conn *c)
 
 void glue_conn_send_poll(struct glue_conn *c)
 {
-	if (!c->tls_on && atomic_exchange(&c->w4_corked, false)) {
-		int one = 1;
-
-		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	}
 	if (!c->tls_on || conn_stopped(c))
 		return;
 	atomic_store_explicit(&c->app_tx_ms, now_ms(), memory_order_relaxed);
@@ -1175,31 +1170,15 @@ void glue_tx_unlock(struct glue_conn *c)
 		ready_kick(c);    /* the engine left: it looks again now */
 }
 
-/* W4 MSG_MORE PROTOTYPE (diagnosis only, not committed) */
-static bool w4_burst(struct glue_conn *c)
-{
-	int64_t t = now_ns();
-	bool quick = t - c->w4_post_ns < 2000;
-
-	c->w4_post_ns = t;
-	if (!quick || c->tls || c->w4_octets > 16384) {
-		c->w4_streak = 0;
-		return false;
-	}
-	return ++c->w4_streak > 2;
-}
-
 bool glue_conn_send_now(struct glue_conn *c)
 {
 	ssize_t n;
 	int niov, close = 0;
-	bool sent = false, more = false, burst = false;
+	bool sent = false, more = false;
 
 	/* Busy: the engine is at it and will see the kick. */
 	if (pthread_mutex_trylock(&c->tx_lock))
 		return false;
-	if (getenv("W4_MORE"))
-		burst = w4_burst(c);
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
 	/* What tx_fill has is taken now; more is set again below if any
@@ -1220,9 +1199,7 @@ bool glue_conn_send_now(struct glue_conn *c)
 	if (c->tls)
 		n = conn_tls_send(c, niov);
 	else
-		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL |
-			    (burst ? MSG_MORE : 0));
-	atomic_store(&c->w4_corked, burst);
+		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 	glue_stat_tx_direct(c, niov, n, errno);
 	if (n > 0) {
 		close = c->ops->tx_done(c->arg, (size_t)n);
@@ -1233,8 +1210,6 @@ bool glue_conn_send_now(struct glue_conn *c)
 	if (close)
 		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
-	c->w4_post_ns = now_ns();
-	c->w4_octets = n > 0 ? (size_t)n : 0;
 out:
 	glue_tx_unlock(c);
 	if (more) {

@@ -141,7 +141,6 @@ struct glue_conn {
 	long zc_res;              /* its result, held until then */
 	uint32_t zc_id;           /* epoll: its notification's number */
 	uint32_t zc_next;         /* epoll: the next MSG_ZEROCOPY's */
-	int64_t w4_post_ns; int w4_streak; size_t w4_octets; atomic_bool w4_corked;
 
 };
 
