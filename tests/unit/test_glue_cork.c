@@ -204,8 +204,9 @@ static uint64_t st(const struct ct *t, size_t off)
 /* Post chunks, one send each, as ibv_post_send does (post) or as the
  * other callers of glue_conn_send_now do: POSTS of them, and if a cork
  * is expected, more (up to MAX_POSTS) until the last one corked, in
- * case a preemption broke the burst just before its end. Returns how
- * many. */
+ * case a preemption broke the burst just before its end or the engine
+ * was sending meanwhile (posts then leave their WRs to it); a pause
+ * before each further round lets the engine finish. Returns how many. */
 static int ct_burst(struct ct *t, bool post, bool expect_cork)
 {
 	bool corked = false;
@@ -213,7 +214,11 @@ static int ct_burst(struct ct *t, bool post, bool expect_cork)
 
 	for (i = 0; i < MAX_POSTS && (i < POSTS || (expect_cork && !corked));
 	     i++) {
-		uint64_t before = ST(t, tx_corked);
+		uint64_t before;
+
+		if (i && i % POSTS == 0)
+			usleep(20000);
+		before = ST(t, tx_corked);
 
 		atomic_fetch_add(&t->queued, CHUNK);
 		if (!(post ? glue_conn_send_post(t->c) :
