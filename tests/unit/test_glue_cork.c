@@ -242,13 +242,13 @@ static int64_t ct_read_all(struct ct *t)
 	while (got < want && ms_now() < end) {
 		ssize_t r = recv(t->peer, rx + got, want - got, MSG_DONTWAIT);
 
+		cr_assert(r > 0 || (r < 0 && errno == EAGAIN),
+			  "recv: %zd (%s) after %zu octets", r,
+			  strerror(errno), got);
 		if (r > 0)
 			got += (size_t)r;
-		else if (r < 0 && errno == EAGAIN)
-			usleep(100);
 		else
-			cr_assert_fail("recv: %zd (%s) after %zu octets", r,
-				       strerror(errno), got);
+			usleep(100);
 	}
 	cr_assert_eq(got, want, "%zu of %zu octets arrived within 10 s",
 		     got, want);
