@@ -138,7 +138,7 @@ int glue_send_zc_parse(const char *s, size_t *min);
  * GLUE_SEND_CORK_MAX_US microseconds. A post's send on a plaintext
  * connection (glue_conn_send_post) that comes within that long of the
  * end of the connection's last post, the third or later in such a row
- * of sends of at most GLUE_CORK_MAX_BYTES octets, goes with MSG_MORE:
+ * of sends of at most half the socket's MSS (and 16 KiB), goes with MSG_MORE:
  * the kernel sends full segments only and holds the tail until a later
  * send without it, or a push (glue_engine.c "Corking bursts").
  */

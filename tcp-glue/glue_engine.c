@@ -244,13 +244,17 @@ static bool ready_claim(struct glue_conn *c)
  * and a wake-up of the peer's engine, where a TCP program with Nagle's
  * algorithm sends few large segments (docs/benchmarks.md "WRITE 4 KiB:
  * where the time goes"). So once a post is the GLUE_CORK_STREAK-th in a
- * row of small sends (at most GLUE_CORK_MAX_BYTES each) made within
- * WISP_SEND_CORK of the end of the one before, it still goes to the
+ * row of small sends made within WISP_SEND_CORK of the end of the one
+ * before, it still goes to the
  * kernel at once, on the posting thread, but with MSG_MORE: the kernel
  * adds it to the socket's last partial segment and transmits full
- * segments only. A lone post, a ping-pong's, and sends from elsewhere
- * (a polling thread's Read Responses, the engine's) never cork. TLS
- * connections never do (a record per send).
+ * segments only. Small: at most half the socket's MSS (and
+ * GLUE_CORK_MAX_BYTES), so that at least two fit in a segment: on
+ * loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet MTU they do
+ * not (corking them there made WRITE 4 KiB over veth several times
+ * slower; docs/benchmarks.md). A lone post, a ping-pong's, and sends
+ * from elsewhere (a polling thread's Read Responses, the engine's) never
+ * cork. TLS connections never do (a record per send).
  *
  * Linux holds such a tail until a send without MSG_MORE, an
  * acknowledgement while other data is in flight, a TCP_NODELAY
@@ -319,18 +323,42 @@ static int send_cork_setting(unsigned *us)
 	return -EINVAL;
 }
 
+/* The most a corked send may carry on c: half its MSS, read from the
+ * socket the first time a post could cork (tx_lock held). */
+static size_t cork_max(struct glue_conn *c)
+{
+	int mss = 0;
+	socklen_t len = sizeof(mss);
+
+	if (!c->cork_limit) {
+		if (getsockopt(c->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) ||
+		    mss <= 0)
+			mss = 0;
+		c->cork_limit = (size_t)mss / 2;
+		if (c->cork_limit > GLUE_CORK_MAX_BYTES)
+			c->cork_limit = GLUE_CORK_MAX_BYTES;
+		if (!c->cork_limit)
+			c->cork_limit = 1;    /* asked once: never corks */
+	}
+	return c->cork_limit;
+}
+
 /* Is this post's send of c->tx_iov[0..n) part of a burst, to go with
  * MSG_MORE? (tx_lock held) */
 static bool cork_burst(struct glue_conn *c, int n)
 {
-	size_t len = 0;
+	size_t len = 0, max;
 
 	if (!c->cork_ok)
 		return false;
-	for (int i = 0; i < n && len <= GLUE_CORK_MAX_BYTES; i++)
+	if (now_ns() - c->cork_last_ns > c->e->cork_gap_ns) {
+		c->cork_streak = 0;
+		return false;
+	}
+	max = cork_max(c);
+	for (int i = 0; i < n && len <= max; i++)
 		len += c->tx_iov[i].iov_len;
-	if (len > GLUE_CORK_MAX_BYTES ||
-	    now_ns() - c->cork_last_ns > c->e->cork_gap_ns) {
+	if (len > max) {
 		c->cork_streak = 0;
 		return false;
 	}

@@ -22,8 +22,9 @@
 #define GLUE_APP_POLL_MAX_MS 8
 /* Corking bursts (glue_engine.c "Corking bursts"): a post's send goes
  * with MSG_MORE once it is the GLUE_CORK_STREAK-th in a row of at most
- * GLUE_CORK_MAX_BYTES each, each within WISP_SEND_CORK of the last one's
- * end; the engine pushes a tail still held every GLUE_CORK_TICK_MS. */
+ * half the MSS and GLUE_CORK_MAX_BYTES each, each within WISP_SEND_CORK
+ * of the last one's end; the engine pushes a tail still held every
+ * GLUE_CORK_TICK_MS. */
 #define GLUE_CORK_STREAK 3
 #define GLUE_CORK_MAX_BYTES 16384
 #define GLUE_CORK_TICK_MS 1
@@ -157,6 +158,7 @@ struct glue_conn {
 	 * written under tx_lock only; corked is read without it, as a
 	 * hint, by the threads that push. */
 	bool cork_ok;
+	size_t cork_limit;        /* cork_max(): 0 until asked */
 	int cork_streak;
 	int64_t cork_last_ns;
 	atomic_bool corked;

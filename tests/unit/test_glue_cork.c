@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -136,8 +137,9 @@ static const struct glue_conn_ops ct_ops = {
 	.ended = ct_ended,
 };
 
-/* A loopback TCP pair: *a for the engine, *b the test's peer. */
-static void tcp_pair(int *a, int *b)
+/* A loopback TCP pair: *a for the engine (its MSS clamped to mss
+ * unless 0), *b the test's peer. */
+static void tcp_pair(int *a, int *b, int mss)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	socklen_t len = sizeof(sin);
@@ -151,14 +153,19 @@ static void tcp_pair(int *a, int *b)
 	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
 	*a = socket(AF_INET, SOCK_STREAM, 0);
 	cr_assert(*a >= 0);
+	if (mss)
+		cr_assert_eq(setsockopt(*a, IPPROTO_TCP, TCP_MAXSEG, &mss,
+					sizeof(mss)), 0);
 	cr_assert_eq(connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	*b = accept(lfd, NULL, NULL);
 	cr_assert(*b >= 0);
 	close(lfd);
 }
 
-/* An engine with WISP_SEND_CORK=setting and one connection to t->peer. */
-static void ct_start(struct ct *t, enum glue_kind kind, const char *setting)
+/* An engine with WISP_SEND_CORK=setting and one connection to t->peer
+ * (its MSS clamped to mss unless 0). */
+static void ct_start_mss(struct ct *t, enum glue_kind kind,
+			 const char *setting, int mss)
 {
 	int fd;
 
@@ -175,9 +182,14 @@ static void ct_start(struct ct *t, enum glue_kind kind, const char *setting)
 	if (!t->e && kind == GLUE_URING)
 		cr_skip_test("io_uring refused here: %s", strerror(errno));
 	cr_assert_not_null(t->e);
-	tcp_pair(&fd, &t->peer);
+	tcp_pair(&fd, &t->peer, mss);
 	t->c = glue_conn_add(t->e, fd, &ct_ops, t);
 	cr_assert_not_null(t->c);
+}
+
+static void ct_start(struct ct *t, enum glue_kind kind, const char *setting)
+{
+	ct_start_mss(t, kind, setting, 0);
 }
 
 static void ct_finish(struct ct *t)
@@ -366,13 +378,14 @@ Test(glue_cork, empty_receiving_poll_pushes_tail, .timeout = 60)
 	poller_pushes(call_recv_now);
 }
 
-/* No cork without posts, or with the setting off; the octets arrive
- * with the engine held, sent by each call itself. */
-static void never_corks(const char *setting, bool post)
+/* No cork without posts, with the setting off, or for sends of more
+ * than half the MSS; the octets arrive with the engine held, sent by
+ * each call itself. */
+static void never_corks(const char *setting, bool post, int mss)
 {
 	struct ct t;
 
-	ct_start(&t, GLUE_EPOLL, setting);
+	ct_start_mss(&t, GLUE_EPOLL, setting, mss);
 	engine_hold(&t);
 	ct_burst(&t, post, false);
 	cr_assert_eq(ST(&t, tx_direct), POSTS);
@@ -385,12 +398,18 @@ static void never_corks(const char *setting, bool post)
 
 Test(glue_cork, sends_that_are_not_posts_never_cork, .timeout = 60)
 {
-	never_corks("1000", false);
+	never_corks("1000", false, 0);
 }
 
 Test(glue_cork, off_never_corks, .timeout = 60)
 {
-	never_corks("off", true);
+	never_corks("off", true, 0);
+}
+
+/* An MSS of 150: a post of CHUNK (100) octets is more than half of it. */
+Test(glue_cork, sends_over_half_the_mss_never_cork, .timeout = 60)
+{
+	never_corks("1000", true, 150);
 }
 
 Test(glue_cork, parse)
