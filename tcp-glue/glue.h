@@ -138,9 +138,10 @@ int glue_send_zc_parse(const char *s, size_t *min);
  * GLUE_SEND_CORK_MAX_US microseconds. A post's send on a plaintext
  * connection (glue_conn_send_post) that comes within that long of the
  * end of the connection's last post, the third or later in such a row
- * of sends of at most half the socket's MSS (and 16 KiB), goes with MSG_MORE:
- * the kernel sends full segments only and holds the tail until a later
- * send without it, or a push (glue_engine.c "Corking bursts").
+ * of sends of at most half the socket's MSS (and 16 KiB), goes with
+ * MSG_MORE: the kernel sends full segments only and holds the tail
+ * until a later send without it, or a push (glue_engine.c "Corking
+ * bursts").
  */
 #define GLUE_SEND_CORK_ON_US   2u
 #define GLUE_SEND_CORK_MAX_US  1000u
@@ -226,7 +227,7 @@ bool glue_conn_send_now(struct glue_conn *c);
  * (WISP_SEND_CORK). What that holds back goes out with the next send
  * without it, when the poller finds nothing (glue_conn_recv_now,
  * glue_conn_send_poll), when it arms its CQ (glue_conn_release), and in
- * any case within a few GLUE_CORK_TICK_MS (the engine pushes it).
+ * any case within about 2 ms (the engine looks every millisecond).
  */
 bool glue_conn_send_post(struct glue_conn *c);
 

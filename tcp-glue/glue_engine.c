@@ -245,10 +245,10 @@ static bool ready_claim(struct glue_conn *c)
  * algorithm sends few large segments (docs/benchmarks.md "WRITE 4 KiB:
  * where the time goes"). So once a post is the GLUE_CORK_STREAK-th in a
  * row of small sends made within WISP_SEND_CORK of the end of the one
- * before, it still goes to the
- * kernel at once, on the posting thread, but with MSG_MORE: the kernel
- * adds it to the socket's last partial segment and transmits full
- * segments only. Small: at most half the socket's MSS (and
+ * before, it still goes to the kernel at once, on the posting thread,
+ * but with MSG_MORE: the kernel adds it to the socket's last partial
+ * segment and transmits full segments only. Small: at most half the
+ * socket's MSS (and
  * GLUE_CORK_MAX_BYTES), so that at least two fit in a segment: on
  * loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet MTU they do
  * not (corking them there made WRITE 4 KiB over veth several times
