@@ -248,13 +248,12 @@ static bool ready_claim(struct glue_conn *c)
  * before, it still goes to the kernel at once, on the posting thread,
  * but with MSG_MORE: the kernel adds it to the socket's last partial
  * segment and transmits full segments only. Small: at most half the
- * socket's MSS (and
- * GLUE_CORK_MAX_BYTES), so that at least two fit in a segment: on
- * loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet MTU they do
- * not (corking them there made WRITE 4 KiB over veth several times
- * slower; docs/benchmarks.md). A lone post, a ping-pong's, and sends
- * from elsewhere (a polling thread's Read Responses, the engine's) never
- * cork. TLS connections never do (a record per send).
+ * socket's MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
+ * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet
+ * MTU they do not (corking them there made WRITE 4 KiB over veth several
+ * times slower; docs/benchmarks.md). A lone post, a ping-pong's, and
+ * sends from elsewhere (a polling thread's Read Responses, the engine's)
+ * never cork. TLS connections never do (a record per send).
  *
  * Linux holds such a tail until a send without MSG_MORE, an
  * acknowledgement while other data is in flight, a TCP_NODELAY
