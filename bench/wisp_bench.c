@@ -138,6 +138,7 @@ struct cfg {
 	double seconds;
 	unsigned int iters, warmup, window, repeat;
 	bool crc, one_engine, tcp;
+	bool tcp_nodelay;         /* --tcp-nodelay: WRITE baselines too */
 	bool threads;             /* --threads: CPU per thread per run */
 	unsigned int background;  /* --background N busy loops */
 	double load;              /* 1-minute load average at the start */
@@ -536,7 +537,7 @@ static void *tcp_write_reader(void *arg)
 }
 
 static void tcp_write_bw(uint32_t size, uint32_t window, uint64_t count,
-			 struct meas *m)
+			 bool nodelay, struct meas *m)
 {
 	struct tcp_bw rd = { .size = size, .window = window, .count = count };
 	uint8_t *src = xalloc((size_t)window * size);
@@ -548,7 +549,7 @@ static void tcp_write_bw(uint32_t size, uint32_t window, uint64_t count,
 	rd.buf = xalloc(size);
 	for (uint32_t s = 0; s < window; s++)
 		pattern_fill(src + (size_t)s * size, size, s + 1);
-	tcp_pair(&cli, &rd.fd, false);
+	tcp_pair(&cli, &rd.fd, nodelay);
 	if (pthread_create(&th, NULL, tcp_write_reader, &rd))
 		die("pthread_create failed");
 	c0 = cpu_s();
@@ -1924,6 +1925,9 @@ static void usage(FILE *f)
 "  --one-engine    both QPs in one device context: one engine thread\n"
 "                  serves both ends (default: one per end, as two hosts)\n"
 "  --no-tcp        skip the TCP baselines (to profile wisp alone)\n"
+"  --tcp-nodelay   the WRITE baselines with TCP_NODELAY, as wisp's\n"
+"                  sockets have it (default: Nagle on, which coalesces\n"
+"                  small writes into large segments)\n"
 "  --csv FILE      append one row per result to FILE (header if new)\n"
 "  --netns S,C,A   server end in network namespace S at IPv4 address A,\n"
 "                  client end in namespace C (a real link, e.g. veth at\n"
@@ -2073,6 +2077,7 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 		{ "csv", required_argument, NULL, 'o' },
 		{ "one-engine", no_argument, NULL, '1' },
 		{ "no-tcp", no_argument, NULL, 'T' },
+		{ "tcp-nodelay", no_argument, NULL, 'D' },
 		{ "netns", required_argument, NULL, 'N' },
 		{ "background", required_argument, NULL, 'B' },
 		{ "threads", no_argument, NULL, 'H' },
@@ -2154,6 +2159,9 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 			break;
 		case 'T':
 			c->tcp = false;
+			break;
+		case 'D':
+			c->tcp_nodelay = true;
 			break;
 		case 'N':
 			netns_arg(optarg);
@@ -2255,7 +2263,7 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	case T_WRITE_1M:
 	case T_WRITE_4K:
 		tcp_write_bw(tests[t].size, c->window, tcp_count(c, r, t),
-			     &run);
+			     c->tcp_nodelay, &run);
 		break;
 	case T_READ_64K:
 		tcp_read_bw(tests[t].size, c->window, tcp_count(c, r, t),
@@ -2327,9 +2335,10 @@ int main(int argc, char **argv)
 	else
 		snprintf(where, sizeof(where), "%s", link_cfg.srv_addr);
 	printf("wisp_bench (%s build): %s, MPA rev 2, CRC %s, window "
-	       "%u, %.1f s per run, %u+%u ping-pongs, best of %u\n",
+	       "%u, %.1f s per run, %u+%u ping-pongs, best of %u%s\n",
 	       WISP_BENCH_BUILD_TYPE, where, c.crc ? "on" : "off", c.window,
-	       c.seconds, c.warmup, c.iters, c.repeat);
+	       c.seconds, c.warmup, c.iters, c.repeat,
+	       c.tcp_nodelay ? "; TCP WRITE baselines with TCP_NODELAY" : "");
 	printf("engines:");
 	for (int e = 0; e < c.n_engines; e++)
 		printf(" %s", engine_label(c.engine[e]));

@@ -14,7 +14,8 @@
  * WISP_BUSY_POLL_US bounds how long the engine spins on its sockets after
  * traffic before it blocks (glue_engine.c "Busy polling").
  * WISP_SEND_ZC turns on zero-copy sends for large gathered sends
- * (glue_engine.c "Zero-copy sends").
+ * (glue_engine.c "Zero-copy sends"). WISP_SEND_CORK sets how a burst of
+ * small posts is sent (glue_engine.c "Corking bursts").
  */
 #ifndef WISP_GLUE_H
 #define WISP_GLUE_H
@@ -132,6 +133,26 @@ int glue_busy_poll_parse(const char *s, long ncpus, unsigned *us);
  */
 int glue_send_zc_parse(const char *s, size_t *min);
 
+/*
+ * WISP_SEND_CORK: on (the default: GLUE_SEND_CORK_ON_US), off, or 1 ..
+ * GLUE_SEND_CORK_MAX_US microseconds. A post's send on a plaintext
+ * connection (glue_conn_send_post) that comes within that long of the
+ * end of the connection's last post, the third or later in such a row
+ * of sends of at most half the socket's MSS (and 16 KiB), goes with
+ * MSG_MORE: the kernel sends full segments only and holds the tail
+ * until a later send without it, or a push (glue_engine.c "Corking
+ * bursts").
+ */
+#define GLUE_SEND_CORK_ON_US   2u
+#define GLUE_SEND_CORK_MAX_US  1000u
+
+/*
+ * Parse a WISP_SEND_CORK value: "on", "off", or decimal digits only (no
+ * sign, space or suffix) from 1 to GLUE_SEND_CORK_MAX_US. Returns 0 and
+ * sets *us (0 for off), or -EINVAL (NULL, empty or anything else).
+ */
+int glue_send_cork_parse(const char *s, unsigned *us);
+
 /* What the engine's busy polling did (relaxed reads, any thread). */
 struct glue_engine_stats {
 	uint64_t bp_windows;   /* spins started after traffic */
@@ -201,6 +222,16 @@ void glue_conn_kick(struct glue_conn *c);
 bool glue_conn_send_now(struct glue_conn *c);
 
 /*
+ * glue_conn_send_now, from a thread that has just posted a WR on c: the
+ * posts are counted, and a burst of small ones is sent with MSG_MORE
+ * (WISP_SEND_CORK). What that holds back goes out with the next send
+ * without it, when the poller finds nothing (glue_conn_recv_now,
+ * glue_conn_send_poll), when it arms its CQ (glue_conn_release), and in
+ * any case within about 2 ms (the engine looks every millisecond).
+ */
+bool glue_conn_send_post(struct glue_conn *c);
+
+/*
  * From any thread: receive and process what the socket holds right now
  * (non-blocking), unless another thread is at it. A thread that polls
  * for completions calls this instead of waiting for the engine to wake
@@ -228,7 +259,7 @@ void glue_conn_send_poll(struct glue_conn *c);
 /*
  * From any thread: the thread that polled c is about to sleep (it armed a
  * completion channel): the engine takes the socket back at once instead
- * of after GLUE_APP_POLL_MS.
+ * of after GLUE_APP_POLL_MS, and a tail held by a corked burst goes out.
  */
 void glue_conn_release(struct glue_conn *c);
 

@@ -232,6 +232,275 @@ static bool ready_claim(struct glue_conn *c)
 	return !atomic_exchange(&c->queued, true);
 }
 
+/* ------------------------------------------------------------------ */
+/* Corking bursts                                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * wisp's sockets have TCP_NODELAY: an FPDU is a whole message, and a
+ * ping-pong must not wait for an acknowledgement. But a posting thread
+ * that sends each of a burst of small WRs itself (glue_conn_send_post)
+ * then makes one TCP segment per WR, each a transmit, a receive softirq
+ * and a wake-up of the peer's engine, where a TCP program with Nagle's
+ * algorithm sends few large segments (docs/benchmarks.md "WRITE 4 KiB:
+ * where the time goes"). So once a post is the GLUE_CORK_STREAK-th in a
+ * row of small sends made within WISP_SEND_CORK of the end of the one
+ * before, it still goes to the kernel at once, on the posting thread,
+ * but with MSG_MORE: the kernel adds it to the socket's last partial
+ * segment and transmits full segments only. Small: at most half the
+ * socket's MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
+ * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet
+ * MTU they do not (corking them there made WRITE 4 KiB over veth several
+ * times slower; docs/benchmarks.md). A lone post, a ping-pong's, and
+ * sends from elsewhere (a polling thread's Read Responses, the engine's)
+ * never cork. TLS connections never do (a record per send).
+ *
+ * Linux holds such a tail until a send without MSG_MORE, an
+ * acknowledgement while other data is in flight, a TCP_NODELAY
+ * setsockopt (which pushes what is pending), or its probe timer (200 ms
+ * and more). So whoever waits pushes it, with the setsockopt, and only
+ * when something may be held (c->corked):
+ *
+ * - the posting thread's next send without MSG_MORE sends it too;
+ * - a poller that finds its CQ empty (glue_conn_recv_now,
+ *   glue_conn_send_poll) and one that arms its CQ to sleep
+ *   (glue_conn_release) push it;
+ * - the engine, as a backstop for a program that posts a burst and then
+ *   neither polls nor posts: the posting thread lists c on e->cork_new
+ *   the first time it corks since the engine last looked, and the
+ *   engine, while anything is listed, looks every GLUE_CORK_TICK_MS and
+ *   pushes what is still held (cork_tick). A listing wakes the engine
+ *   only when no look is due (cork_ticking), so a stream of bursts
+ *   costs it one wake-up per tick, not one per burst.
+ *
+ * corked and cork_listed are written under tx_lock only (the posting
+ * thread sets them around its sendmsg; a pusher clears corked, the
+ * engine cork_listed, under the lock), so a push and a corked send never
+ * interleave: the push either sees the flag of a send before it, or the
+ * send comes after it and sets the flag again. A pusher that finds the
+ * lock taken leaves the tail to the lock's holder or to the engine's
+ * next look (c stays listed). Closing loses nothing: shutdown() and
+ * close() send what the socket holds.
+ */
+
+int glue_send_cork_parse(const char *s, unsigned *us)
+{
+	unsigned long v = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (!strcmp(s, "off")) {
+		*us = 0;
+		return 0;
+	}
+	if (!strcmp(s, "on")) {
+		*us = GLUE_SEND_CORK_ON_US;
+		return 0;
+	}
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > GLUE_SEND_CORK_MAX_US)
+			return -EINVAL;
+	}
+	if (!v)
+		return -EINVAL;
+	*us = (unsigned)v;
+	return 0;
+}
+
+static int send_cork_setting(unsigned *us)
+{
+	const char *env = getenv("WISP_SEND_CORK");
+
+	if (!glue_send_cork_parse(env ? env : "on", us))
+		return 0;
+	fprintf(stderr, "wisp: WISP_SEND_CORK=\"%s\" is not valid; accepted "
+		"values: on, off, 1 .. %u (microseconds)\n", env,
+		GLUE_SEND_CORK_MAX_US);
+	return -EINVAL;
+}
+
+/* The most a corked send may carry on c: half its MSS, read from the
+ * socket the first time a post could cork (tx_lock held). */
+static size_t cork_max(struct glue_conn *c)
+{
+	int mss = 0;
+	socklen_t len = sizeof(mss);
+
+	if (!c->cork_limit) {
+		if (getsockopt(c->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) ||
+		    mss <= 0)
+			mss = 0;
+		c->cork_limit = (size_t)mss / 2;
+		if (c->cork_limit > GLUE_CORK_MAX_BYTES)
+			c->cork_limit = GLUE_CORK_MAX_BYTES;
+		if (!c->cork_limit)
+			c->cork_limit = 1;    /* asked once: never corks */
+	}
+	return c->cork_limit;
+}
+
+/* Is this post's send of c->tx_iov[0..n) part of a burst, to go with
+ * MSG_MORE? (tx_lock held) */
+static bool cork_burst(struct glue_conn *c, int n)
+{
+	size_t len = 0, max;
+
+	if (!c->cork_ok)
+		return false;
+	if (now_ns() - c->cork_last_ns > c->e->cork_gap_ns) {
+		c->cork_streak = 0;
+		return false;
+	}
+	max = cork_max(c);
+	for (int i = 0; i < n && len <= max; i++)
+		len += c->tx_iov[i].iov_len;
+	if (len > max) {
+		c->cork_streak = 0;
+		return false;
+	}
+	return ++c->cork_streak >= GLUE_CORK_STREAK;
+}
+
+/* The engine has a look due at the listed connections, or will see c
+ * before it sleeps: otherwise wake it (tx_lock held; c's send corked). */
+static void cork_list_add(struct glue_conn *c)
+{
+	struct glue_engine *e = c->e;
+	struct glue_conn *head;
+
+	if (atomic_exchange(&c->cork_listed, true))
+		return;
+	head = atomic_load(&e->cork_new);
+	do
+		c->cnext = head;
+	while (!atomic_compare_exchange_weak(&e->cork_new, &head, c));
+	/* After the push: the engine clears cork_ticking before it looks
+	 * at cork_new, so either it sees c or this sees the flag clear. */
+	if (!atomic_load(&e->cork_ticking))
+		wake(e);
+}
+
+/* After a direct send of c (tx_lock held): with MSG_MORE (more), a
+ * tail may be held now; without, the send pushed whatever was. */
+static void cork_sent(struct glue_conn *c, bool more, ssize_t n)
+{
+	if (!c->cork_ok)
+		return;
+	if (n > 0 && more) {
+		atomic_store(&c->corked, true);
+		glue_stat_tx_corked(c);
+		cork_list_add(c);
+	} else if (n > 0 && atomic_load_explicit(&c->corked,
+						 memory_order_relaxed)) {
+		atomic_store(&c->corked, false);
+	}
+}
+
+/* Push what c's socket holds back, if anything (tx_lock held). */
+static void cork_push_locked(struct glue_conn *c, bool engine)
+{
+	int one = 1;
+
+	if (!atomic_exchange(&c->corked, false) || c->fd < 0 ||
+	    conn_state(c) == GLUE_CONN_GONE)
+		return;
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	glue_stat_tx_push(c, engine);
+}
+
+/* A thread waits for completions: push what c holds back, unless
+ * another thread has the transmit side (then it, or the engine's next
+ * look, does). One atomic load when nothing is held. */
+static void cork_push(struct glue_conn *c)
+{
+	if (!atomic_load(&c->corked) || pthread_mutex_trylock(&c->tx_lock))
+		return;
+	cork_push_locked(c, false);
+	glue_tx_unlock(c);
+}
+
+/* Engine thread: take what posting threads listed meanwhile. */
+static void cork_take_new(struct glue_engine *e)
+{
+	struct glue_conn *c, *next;
+
+	for (c = atomic_exchange(&e->cork_new, NULL); c; c = next) {
+		next = c->cnext;
+		c->cnext = e->cork_list;
+		e->cork_list = c;
+	}
+}
+
+/* Engine thread, c going away (both its locks held): off the lists. */
+static void cork_forget(struct glue_engine *e, struct glue_conn *c)
+{
+	struct glue_conn **p;
+
+	if (!atomic_load(&c->cork_listed))
+		return;
+	cork_take_new(e);
+	for (p = &e->cork_list; *p; p = &(*p)->cnext) {
+		if (*p == c) {
+			*p = c->cnext;
+			break;
+		}
+	}
+	atomic_store(&c->cork_listed, false);
+}
+
+/* Engine thread: push every listed tail; those whose lock was taken
+ * stay listed for the next look. */
+static void cork_push_listed(struct glue_engine *e)
+{
+	struct glue_conn *c, *next, *keep = NULL;
+
+	cork_take_new(e);
+	for (c = e->cork_list; c; c = next) {
+		next = c->cnext;
+		if (pthread_mutex_trylock(&c->tx_lock)) {
+			c->cnext = keep;
+			keep = c;
+			continue;
+		}
+		/* Unlisted before the look at corked: a send that corks
+		 * after it lists c again. */
+		atomic_store(&c->cork_listed, false);
+		cork_push_locked(c, true);
+		glue_tx_unlock(c);
+	}
+	e->cork_list = keep;
+}
+
+/* Engine thread, each pass: the backstop's look when due, and the wait
+ * bound until the next one (timeout: the bound so far, -1 none). */
+static int cork_tick(struct glue_engine *e, int timeout)
+{
+	int64_t now, left;
+
+	if (e->cork_at && now_ms() >= e->cork_at) {
+		cork_push_listed(e);
+		e->cork_at = 0;
+	}
+	if (!e->cork_list && !atomic_load(&e->cork_new)) {
+		/* Nothing to watch: say so, then look once more, so that a
+		 * listing from now on wakes the engine (cork_list_add). */
+		atomic_store(&e->cork_ticking, false);
+		if (!atomic_load(&e->cork_new))
+			return timeout;
+	}
+	atomic_store(&e->cork_ticking, true);
+	now = now_ms();
+	if (!e->cork_at)
+		e->cork_at = now + GLUE_CORK_TICK_MS;
+	left = e->cork_at - now;
+	if (left < 1)
+		left = 1;
+	return timeout >= 0 && timeout < left ? timeout : (int)left;
+}
+
 static bool within_poll_ms(const _Atomic int64_t *at)
 {
 	return now_ms() - atomic_load_explicit(at, memory_order_relaxed) <
@@ -267,6 +536,7 @@ void glue_conn_polled(struct glue_conn *c)
 
 void glue_conn_send_poll(struct glue_conn *c)
 {
+	cork_push(c);
 	if (!c->tls_on || conn_stopped(c))
 		return;
 	atomic_store_explicit(&c->app_tx_ms, now_ms(), memory_order_relaxed);
@@ -363,6 +633,7 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	 * finds the connection gone. */
 	pthread_mutex_lock(&c->tx_lock);
 	pthread_mutex_lock(&c->rx_lock);
+	cork_forget(e, c);
 	conn_set_state(c, GLUE_CONN_GONE);
 	if (c->fd >= 0)           /* -1: conn_zc_abort_close closed it */
 		close(c->fd);
@@ -929,8 +1200,10 @@ void glue_zc_notified(struct glue_conn *c, bool copied)
 
 void glue_conn_release(struct glue_conn *c)
 {
-	bool sent = atomic_exchange(&c->app_tx_ms, 0) != 0;
+	bool sent;
 
+	cork_push(c);
+	sent = atomic_exchange(&c->app_tx_ms, 0) != 0;
 	if (!atomic_exchange(&c->app_rx_ms, 0) && !sent)
 		return;           /* the engine was not staying off it */
 	atomic_store(&c->rx_more, true);
@@ -1092,6 +1365,7 @@ bool glue_conn_recv_now(struct glue_conn *c)
 	bool got = false;
 	int r;
 
+	cork_push(c);
 	if (conn_stopped(c))
 		return false;
 	atomic_store_explicit(&c->app_rx_ms, now_ms(), memory_order_relaxed);
@@ -1170,11 +1444,13 @@ void glue_tx_unlock(struct glue_conn *c)
 		ready_kick(c);    /* the engine left: it looks again now */
 }
 
-bool glue_conn_send_now(struct glue_conn *c)
+/* A direct send on the calling thread (glue_conn_send_now); post: the
+ * thread has just posted, and a burst of posts corks. */
+static bool send_direct(struct glue_conn *c, bool post)
 {
 	ssize_t n;
-	int niov, close = 0;
-	bool sent = false, more = false;
+	int niov, err, close = 0;
+	bool sent = false, more = false, cork = false;
 
 	/* Busy: the engine is at it and will see the kick. */
 	if (pthread_mutex_trylock(&c->tx_lock))
@@ -1196,17 +1472,26 @@ bool glue_conn_send_now(struct glue_conn *c)
 	c->tx_msg.msg_iov = c->tx_iov;
 	c->tx_msg.msg_iovlen = (size_t)niov;
 	TSAN_SENT(c);
-	if (c->tls)
+	if (c->tls) {
 		n = conn_tls_send(c, niov);
-	else
-		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-	glue_stat_tx_direct(c, niov, n, errno);
+		err = errno;
+	} else {
+		cork = post && cork_burst(c, niov);
+		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL |
+			    (cork ? MSG_MORE : 0));
+		err = errno;
+		cork_sent(c, cork, n);
+		if (post && c->cork_ok)
+			c->cork_last_ns = now_ns();
+	}
+	glue_stat_tx_direct(c, niov, n, err);
 	if (n > 0) {
 		close = c->ops->tx_done(c->arg, (size_t)n);
 		sent = true;
 	}
 	/* Anything left (partial send, EAGAIN, an error to report, a close
-	 * to start) is the engine's: it looks again after the kick. */
+	 * to start) is the engine's: it looks again after the kick. Its
+	 * send, without MSG_MORE, pushes a corked tail. */
 	if (close)
 		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
@@ -1218,6 +1503,16 @@ out:
 			ready_kick(c);
 	}
 	return sent;
+}
+
+bool glue_conn_send_now(struct glue_conn *c)
+{
+	return send_direct(c, false);
+}
+
+bool glue_conn_send_post(struct glue_conn *c)
+{
+	return send_direct(c, true);
 }
 
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)
@@ -1652,7 +1947,7 @@ static void *engine_main(void *arg)
 		int timeout;
 
 		run_commands(e);
-		timeout = trim_timeout(e, pump_all(e));
+		timeout = cork_tick(e, trim_timeout(e, pump_all(e)));
 		if (busy_poll(e))
 			continue;
 		/* Not spinning: what the busy poll read itself waits for
@@ -1702,7 +1997,7 @@ static int pick_kind(enum glue_kind *kind)
 struct glue_engine *glue_engine_create(enum glue_kind kind)
 {
 	struct glue_engine *e;
-	unsigned bp_us;
+	unsigned bp_us, cork_us = 0;
 	size_t zc_min = 0;
 	int ret;
 
@@ -1711,6 +2006,8 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 		ret = busy_poll_setting(&bp_us);
 	if (!ret)
 		ret = send_zc_setting(&zc_min);
+	if (!ret)
+		ret = send_cork_setting(&cork_us);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
@@ -1729,6 +2026,7 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	e->bp_hold_ns = BP_HOLD_MIN_NS;
 	e->bp_woke_after_ns = -1;
 	e->zc_min = zc_min;
+	e->cork_gap_ns = (int64_t)cork_us * 1000;
 	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
 	ret = e->be->init(e);
 	if (ret && kind == GLUE_AUTO) {
@@ -1857,6 +2155,9 @@ struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
 	atomic_init(&c->app_tx_ms, 0);
 	atomic_init(&c->tx_deferred, false);
 	atomic_init(&c->st, &c->own_st);
+	c->cork_ok = e->cork_gap_ns > 0 && !c->tls_on;
+	atomic_init(&c->corked, false);
+	atomic_init(&c->cork_listed, false);
 	pthread_mutex_init(&c->rx_lock, NULL);
 	{
 		pthread_mutexattr_t ma;

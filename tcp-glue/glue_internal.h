@@ -20,6 +20,14 @@
  * GLUE_APP_POLL_MAX_MS (glue_engine.c, pump_rx). */
 #define GLUE_APP_POLL_MS 2
 #define GLUE_APP_POLL_MAX_MS 8
+/* Corking bursts (glue_engine.c "Corking bursts"): a post's send goes
+ * with MSG_MORE once it is the GLUE_CORK_STREAK-th in a row of at most
+ * half the MSS and GLUE_CORK_MAX_BYTES each, each within WISP_SEND_CORK
+ * of the last one's end; the engine pushes a tail still held every
+ * GLUE_CORK_TICK_MS. */
+#define GLUE_CORK_STREAK 3
+#define GLUE_CORK_MAX_BYTES 16384
+#define GLUE_CORK_TICK_MS 1
 
 /*
  * The life of a connection. It only moves down this list, on the engine
@@ -142,6 +150,20 @@ struct glue_conn {
 	uint32_t zc_id;           /* epoll: its notification's number */
 	uint32_t zc_next;         /* epoll: the next MSG_ZEROCOPY's */
 
+	/* Corking bursts (glue_engine.c "Corking bursts"). cork_ok: the
+	 * setting is on and c is plaintext (fixed at glue_conn_add). The
+	 * streak and the last post's end are the posting thread's, under
+	 * tx_lock. corked: a tail may be held in the socket; cork_listed:
+	 * c is on the engine's cork list (cnext links it). Both are
+	 * written under tx_lock only; corked is read without it, as a
+	 * hint, by the threads that push. */
+	bool cork_ok;
+	size_t cork_limit;        /* cork_max(): 0 until asked */
+	int cork_streak;
+	int64_t cork_last_ns;
+	atomic_bool corked;
+	atomic_bool cork_listed;
+	struct glue_conn *cnext;
 };
 
 /* ---- glue_stats.c: counting, under the side's lock ---- */
@@ -158,6 +180,10 @@ void glue_stat_tx_eagain(struct glue_conn *c);
 void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
 /* The busy-polling engine found c readable. */
 void glue_stat_busy_hit(struct glue_conn *c);
+/* A posting thread sent with MSG_MORE; a held tail was pushed (engine:
+ * by the engine's backstop). */
+void glue_stat_tx_corked(struct glue_conn *c);
+void glue_stat_tx_push(struct glue_conn *c, bool engine);
 
 struct glue_backend {
 	const char *name;
@@ -239,6 +265,18 @@ struct glue_engine {
 	struct {
 		_Atomic uint64_t sends, copied, fallback;
 	} zc_st;
+
+	/* Corking bursts (glue_engine.c "Corking bursts"): WISP_SEND_CORK
+	 * (0: off); connections that posting threads listed since the
+	 * engine last took them (a lock-free stack), those the engine took
+	 * and still watches, when it looks next (0: no look due; engine
+	 * thread), and whether that look is due (a posting thread that
+	 * lists a connection wakes the engine only when it is not). */
+	int64_t cork_gap_ns;
+	_Atomic(struct glue_conn *) cork_new;
+	struct glue_conn *cork_list;
+	int64_t cork_at;
+	atomic_bool cork_ticking;
 
 	pthread_mutex_t cmd_lock;
 	pthread_cond_t cmd_cond;

@@ -161,3 +161,17 @@ void glue_stat_busy_hit(struct glue_conn *c)
 	atomic_fetch_add_explicit(&stats(c)->rx_busy_hits, 1,
 				  memory_order_relaxed);
 }
+
+void glue_stat_tx_corked(struct glue_conn *c)
+{
+	ADD(stats(c)->tx_corked, 1);
+}
+
+void glue_stat_tx_push(struct glue_conn *c, bool engine)
+{
+	struct glue_conn_stats *st = stats(c);
+
+	ADD(st->tx_pushes, 1);
+	if (engine)
+		ADD(st->tx_push_engine, 1);
+}

@@ -31,6 +31,13 @@ struct glue_conn_stats {
 	_Atomic uint64_t rx_empty;     /* recvmsg calls that found nothing */
 	_Atomic uint64_t rx_busy_hits; /* readable, found by the engine
 					* while busy polling (no wake-up) */
+	/* Corked bursts (WISP_SEND_CORK, glue_engine.c "Corking bursts"),
+	 * under tx_lock. */
+	_Atomic uint64_t tx_corked;    /* posting thread sends with MSG_MORE */
+	_Atomic uint64_t tx_pushes;    /* held tails pushed (TCP_NODELAY set
+					* again), by any thread */
+	_Atomic uint64_t tx_push_engine; /* of those, by the engine's
+					  * backstop */
 };
 
 /*

@@ -757,9 +757,10 @@ static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 out:
 	pthread_mutex_unlock(&qp->post_lock);
 	/* Send on this thread when the engine is not sending: one thread
-	 * hand-off less per message. Otherwise the engine picks it up. */
+	 * hand-off less per message (a burst of small posts corks:
+	 * glue_conn_send_post). Otherwise the engine picks it up. */
 	if (qp->stream.conn && !flush &&
-	    !glue_conn_send_now(qp->stream.conn))
+	    !glue_conn_send_post(qp->stream.conn))
 		glue_conn_kick(qp->stream.conn);
 	return ret;
 }

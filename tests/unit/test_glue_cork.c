@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_glue_cork.c - corked bursts (WISP_SEND_CORK, glue_engine.c
+ * "Corking bursts"): a burst of small posts (glue_conn_send_post) goes
+ * with MSG_MORE, and the tail that the kernel then holds always reaches
+ * the peer: pushed by the engine's backstop when nobody polls, by a
+ * poller that finds nothing (glue_conn_recv_now, glue_conn_send_poll) or
+ * arms its CQ (glue_conn_release) while the engine cannot run. Sends
+ * that are not posts never cork, nor does anything with the setting off.
+ * The setting's strict parsing.
+ *
+ * The test posts POSTS chunks of CHUNK octets from one thread, one
+ * glue_conn_send_post each, as ibv_post_send does; the peer is a plain
+ * TCP socket of the test, read only after the burst. The burst rule's
+ * gap is set to GLUE_SEND_CORK_MAX_US, so that posts in a loop count as
+ * a burst even in a sanitizer build. What each case asserts are the
+ * connection's counters (sock_tx_corked, sock_tx_pushes,
+ * sock_tx_push_engine) and that every octet arrives, in order, within a
+ * generous deadline; how soon it arrived is only logged.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "glue.h"
+#include "glue_stats.h"
+
+#define POSTS 64
+#define MAX_POSTS (4 * POSTS)
+#define CHUNK 100
+#define TOTAL (MAX_POSTS * CHUNK)
+
+struct ct {
+	struct glue_engine *e;
+	struct glue_conn *c;
+	int peer;
+	uint8_t buf[TOTAL];
+	atomic_size_t queued;     /* octets posted (test thread) */
+	size_t sent;              /* octets tx_done reported (tx side) */
+	uint8_t rx[64];
+	atomic_bool ended;
+	/* The engine held in a command (engine_hold). */
+	pthread_t holder;
+	atomic_bool held, release;
+};
+
+static int64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t us_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static uint8_t pattern(size_t i)
+{
+	return (uint8_t)(i * 13 + (i >> 8));
+}
+
+static int ct_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct ct *t = arg;
+
+	(void)cap;
+	iov[0].iov_base = t->rx;
+	iov[0].iov_len = sizeof(t->rx);
+	return 1;
+}
+
+static int ct_rx_done(void *arg, size_t n)
+{
+	(void)arg;
+	(void)n;
+	return 0;
+}
+
+/* What was posted and not yet sent, one iovec per chunk. */
+static int ct_tx_fill(void *arg, struct iovec *iov, int cap)
+{
+	struct ct *t = arg;
+	size_t end = atomic_load(&t->queued), off = t->sent;
+	int n = 0;
+
+	while (off < end && n < cap) {
+		size_t next = (off / CHUNK + 1) * CHUNK;
+
+		if (next > end)
+			next = end;
+		iov[n].iov_base = t->buf + off;
+		iov[n].iov_len = next - off;
+		off = next;
+		n++;
+	}
+	return n;
+}
+
+static int ct_tx_done(void *arg, size_t n)
+{
+	struct ct *t = arg;
+
+	t->sent += n;
+	return 0;
+}
+
+static void ct_ended(void *arg, int reason)
+{
+	struct ct *t = arg;
+
+	(void)reason;
+	atomic_store(&t->ended, true);
+}
+
+static const struct glue_conn_ops ct_ops = {
+	.rx_want = ct_rx_want,
+	.rx_done = ct_rx_done,
+	.tx_fill = ct_tx_fill,
+	.tx_done = ct_tx_done,
+	.ended = ct_ended,
+};
+
+/* A loopback TCP pair: *a for the engine (its MSS clamped to mss
+ * unless 0), *b the test's peer. */
+static void tcp_pair(int *a, int *b, int mss)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	int lfd;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert(lfd >= 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	cr_assert_eq(listen(lfd, 1), 0);
+	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
+	*a = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert(*a >= 0);
+	if (mss)
+		cr_assert_eq(setsockopt(*a, IPPROTO_TCP, TCP_MAXSEG, &mss,
+					sizeof(mss)), 0);
+	cr_assert_eq(connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	*b = accept(lfd, NULL, NULL);
+	cr_assert(*b >= 0);
+	close(lfd);
+}
+
+/* An engine with WISP_SEND_CORK=setting and one connection to t->peer
+ * (its MSS clamped to mss unless 0). */
+static void ct_start_mss(struct ct *t, enum glue_kind kind,
+			 const char *setting, int mss)
+{
+	int fd;
+
+	memset(t, 0, sizeof(*t));
+	for (size_t i = 0; i < TOTAL; i++)
+		t->buf[i] = pattern(i);
+	atomic_init(&t->queued, 0);
+	atomic_init(&t->ended, false);
+	atomic_init(&t->held, false);
+	atomic_init(&t->release, false);
+	cr_assert_eq(setenv("WISP_SEND_CORK", setting, 1), 0);
+	t->e = glue_engine_create(kind);
+	unsetenv("WISP_SEND_CORK");
+	if (!t->e && kind == GLUE_URING)
+		cr_skip_test("io_uring refused here: %s", strerror(errno));
+	cr_assert_not_null(t->e);
+	tcp_pair(&fd, &t->peer, mss);
+	t->c = glue_conn_add(t->e, fd, &ct_ops, t);
+	cr_assert_not_null(t->c);
+}
+
+static void ct_start(struct ct *t, enum glue_kind kind, const char *setting)
+{
+	ct_start_mss(t, kind, setting, 0);
+}
+
+static void ct_finish(struct ct *t)
+{
+	close(t->peer);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !atomic_load(&t->ended);)
+		usleep(1000);
+	cr_assert(atomic_load(&t->ended), "the connection did not end");
+	glue_conn_free(t->c);
+	glue_engine_destroy(t->e);
+}
+
+static uint64_t st(const struct ct *t, size_t off)
+{
+	const struct glue_conn_stats *s = glue_conn_stats(t->c);
+
+	return atomic_load((const _Atomic uint64_t *)
+			   ((const char *)s + off));
+}
+
+#define ST(t, f) st(t, offsetof(struct glue_conn_stats, f))
+
+/* Post chunks, one send each, as ibv_post_send does (post) or as the
+ * other callers of glue_conn_send_now do: POSTS of them, and if a cork
+ * is expected, more (up to MAX_POSTS) until the last one corked, in
+ * case a preemption broke the burst just before its end or the engine
+ * was sending meanwhile (posts then leave their WRs to it); a pause
+ * before each further round lets the engine finish. Returns how many. */
+static int ct_burst(struct ct *t, bool post, bool expect_cork)
+{
+	bool corked = false;
+	int i;
+
+	for (i = 0; i < MAX_POSTS && (i < POSTS || (expect_cork && !corked));
+	     i++) {
+		uint64_t before;
+
+		if (i && i % POSTS == 0)
+			usleep(20000);
+		before = ST(t, tx_corked);
+
+		atomic_fetch_add(&t->queued, CHUNK);
+		if (!(post ? glue_conn_send_post(t->c) :
+		      glue_conn_send_now(t->c)))
+			glue_conn_kick(t->c);
+		corked = ST(t, tx_corked) > before;
+	}
+	if (expect_cork)
+		cr_assert(corked, "none of the last posts of %d corked", i);
+	return i;
+}
+
+/* Read every octet posted at the peer (deadline 10 s) and check them;
+ * returns how long it took, in microseconds. */
+static int64_t ct_read_all(struct ct *t)
+{
+	static uint8_t rx[TOTAL];
+	int64_t start = us_now(), end = ms_now() + 10000;
+	size_t got = 0, want = atomic_load(&t->queued);
+
+	while (got < want && ms_now() < end) {
+		ssize_t r = recv(t->peer, rx + got, want - got, MSG_DONTWAIT);
+
+		cr_assert(r > 0 || (r < 0 && errno == EAGAIN),
+			  "recv: %zd (%s) after %zu octets", r,
+			  strerror(errno), got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			usleep(100);
+	}
+	cr_assert_eq(got, want, "%zu of %zu octets arrived within 10 s",
+		     got, want);
+	for (size_t i = 0; i < want; i++)
+		cr_assert_eq(rx[i], pattern(i), "octet %zu differs", i);
+	return us_now() - start;
+}
+
+/* Keep the engine thread in a command until engine_let_go: it can then
+ * neither send nor push anything. */
+static void hold_fn(void *arg)
+{
+	struct ct *t = arg;
+
+	atomic_store(&t->held, true);
+	for (int64_t end = ms_now() + 20000;
+	     !atomic_load(&t->release) && ms_now() < end;)
+		usleep(200);
+}
+
+static void *holder_main(void *arg)
+{
+	struct ct *t = arg;
+
+	glue_engine_call(t->e, hold_fn, t);
+	return NULL;
+}
+
+static void engine_hold(struct ct *t)
+{
+	cr_assert_eq(pthread_create(&t->holder, NULL, holder_main, t), 0);
+	for (int64_t end = ms_now() + 10000;
+	     !atomic_load(&t->held) && ms_now() < end;)
+		usleep(200);
+	cr_assert(atomic_load(&t->held), "the engine did not take the command");
+}
+
+static void engine_let_go(struct ct *t)
+{
+	atomic_store(&t->release, true);
+	cr_assert_eq(pthread_join(t->holder, NULL), 0);
+}
+
+/* Nobody polls after the burst: the engine pushes the tail. */
+static void backstop(enum glue_kind kind)
+{
+	struct ct t;
+	int64_t us;
+	int posts;
+
+	ct_start(&t, kind, "1000");
+	posts = ct_burst(&t, true, true);
+	us = ct_read_all(&t);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !ST(&t, tx_push_engine);)
+		usleep(1000);
+	cr_assert_geq(ST(&t, tx_push_engine), 1,
+		      "the engine never pushed the held tail");
+	cr_assert_eq(ST(&t, tx_pushes), ST(&t, tx_push_engine),
+		     "a push by another thread, though none polled");
+	cr_log_info("%s: %llu of %d posts corked, all octets at the peer "
+		    "%lld us after the last", glue_engine_name(t.e),
+		    (unsigned long long)ST(&t, tx_corked), posts,
+		    (long long)us);
+	ct_finish(&t);
+}
+
+Test(glue_cork, engine_pushes_tail_uring, .timeout = 60)
+{
+	backstop(GLUE_URING);
+}
+
+Test(glue_cork, engine_pushes_tail_epoll, .timeout = 60)
+{
+	backstop(GLUE_EPOLL);
+}
+
+/* The engine is held: the poller's call is what pushes the tail. */
+static void poller_pushes(void (*wait_call)(struct glue_conn *))
+{
+	struct ct t;
+
+	ct_start(&t, GLUE_EPOLL, "1000");
+	engine_hold(&t);
+	ct_burst(&t, true, true);
+	cr_assert_eq(ST(&t, tx_pushes), 0);
+	wait_call(t.c);
+	cr_assert_eq(ST(&t, tx_pushes), 1, "the call pushed nothing");
+	cr_assert_eq(ST(&t, tx_push_engine), 0);
+	/* A second call finds nothing held: no system call. */
+	wait_call(t.c);
+	cr_assert_eq(ST(&t, tx_pushes), 1);
+	ct_read_all(&t);
+	engine_let_go(&t);
+	ct_finish(&t);
+}
+
+static void call_recv_now(struct glue_conn *c)
+{
+	glue_conn_recv_now(c);
+}
+
+Test(glue_cork, req_notify_pushes_tail, .timeout = 60)
+{
+	poller_pushes(glue_conn_release);
+}
+
+Test(glue_cork, empty_poll_pushes_tail, .timeout = 60)
+{
+	poller_pushes(glue_conn_send_poll);
+}
+
+Test(glue_cork, empty_receiving_poll_pushes_tail, .timeout = 60)
+{
+	poller_pushes(call_recv_now);
+}
+
+/* No cork without posts, with the setting off, or for sends of more
+ * than half the MSS; the octets arrive with the engine held, sent by
+ * each call itself. */
+static void never_corks(const char *setting, bool post, int mss)
+{
+	struct ct t;
+
+	ct_start_mss(&t, GLUE_EPOLL, setting, mss);
+	engine_hold(&t);
+	ct_burst(&t, post, false);
+	cr_assert_eq(ST(&t, tx_direct), POSTS);
+	cr_assert_eq(ST(&t, tx_corked), 0);
+	ct_read_all(&t);
+	cr_assert_eq(ST(&t, tx_pushes), 0);
+	engine_let_go(&t);
+	ct_finish(&t);
+}
+
+Test(glue_cork, sends_that_are_not_posts_never_cork, .timeout = 60)
+{
+	never_corks("1000", false, 0);
+}
+
+Test(glue_cork, off_never_corks, .timeout = 60)
+{
+	never_corks("off", true, 0);
+}
+
+/* An MSS of 150: a post of CHUNK (100) octets is more than half of it. */
+Test(glue_cork, sends_over_half_the_mss_never_cork, .timeout = 60)
+{
+	never_corks("1000", true, 150);
+}
+
+Test(glue_cork, parse)
+{
+	unsigned us = 99;
+
+	cr_assert_eq(glue_send_cork_parse("on", &us), 0);
+	cr_assert_eq(us, GLUE_SEND_CORK_ON_US);
+	cr_assert_eq(glue_send_cork_parse("off", &us), 0);
+	cr_assert_eq(us, 0);
+	cr_assert_eq(glue_send_cork_parse("1", &us), 0);
+	cr_assert_eq(us, 1);
+	cr_assert_eq(glue_send_cork_parse("1000", &us), 0);
+	cr_assert_eq(us, GLUE_SEND_CORK_MAX_US);
+	cr_assert_eq(glue_send_cork_parse("0", &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse("1001", &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse("", &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse(NULL, &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse(" 5", &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse("5us", &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse("-1", &us), -EINVAL);
+	cr_assert_eq(glue_send_cork_parse("ON", &us), -EINVAL);
+}
+
+Test(glue_cork, bad_setting_refuses_the_engine)
+{
+	struct glue_engine *e;
+
+	cr_assert_eq(setenv("WISP_SEND_CORK", "sometimes", 1), 0);
+	e = glue_engine_create(GLUE_EPOLL);
+	unsetenv("WISP_SEND_CORK");
+	cr_assert_null(e);
+	cr_assert_eq(errno, EINVAL);
+}
