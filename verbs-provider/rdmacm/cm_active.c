@@ -608,6 +608,12 @@ static void *dial_thread(void *arg)
 		if (in)
 			tmo = 0;          /* more to start: only look */
 		n = epoll_wait(dialer.ep, evs, 64, tmo);
+		/* The events of this turn (a burst's ESTABLISHED, mostly)
+		 * make the application's channel readable once, at its end:
+		 * one wake-up of the application's thread, not one per
+		 * event, each of which then also wanted wcm.lock while this
+		 * thread took it for the next connection (issue 13). */
+		wcm_events_hold();
 		for (int i = 0; i < n; i++) {
 			struct dial *d = evs[i].data.ptr;
 
@@ -617,6 +623,7 @@ static void *dial_thread(void *arg)
 				dial_run(&head, d, false, &first);
 		}
 		dial_expire(&head, &first);
+		wcm_events_release();
 	}
 	glue_tls_thread_done();
 	return NULL;
