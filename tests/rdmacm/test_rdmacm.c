@@ -2239,3 +2239,68 @@ Test(rdmacm, burst_events_ready_exactly_while_queued, .timeout = 120)
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 }
+
+/* The TCP state of this process's socket bound to local port (network
+ * order), or -1 if there is none. */
+static int tcp_state_of_port(uint16_t port)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int state = -1;
+
+	cr_assert_not_null(d);
+	while ((de = readdir(d))) {
+		struct sockaddr_in me;
+		socklen_t ml = sizeof(me), tl;
+		struct tcp_info ti;
+		int fd = atoi(de->d_name);
+
+		if (de->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) ||
+		    me.sin_family != AF_INET || me.sin_port != port)
+			continue;
+		tl = sizeof(ti);
+		if (!getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl))
+			state = ti.tcpi_state;
+	}
+	closedir(d);
+	return state;
+}
+
+Test(rdmacm, rdma_connect_starts_the_tcp_connect, .timeout = 60)
+{
+	/* Plain MPA: rdma_connect makes the TCP connect on the caller's
+	 * thread (and sends the Request), as the kernel's CM starts it
+	 * within the call, instead of leaving both to the dialer thread:
+	 * the moment it returns, the id's socket is connecting or
+	 * connected, not still closed. The peer is a TCP listener that
+	 * never answers. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), st;
+	struct rdma_cm_id *cl;
+	uint16_t port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(s, 16), 0);
+	cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &alen), 0);
+	cl = resolved(ch, AF_INET, ntohs(a.sin_port));
+	make_qp(cl);
+	port = rdma_get_src_port(cl);
+	st = tcp_state_of_port(port);
+	cr_assert_eq(st, TCP_CLOSE, "bound, not connecting yet: state %d",
+		     st);
+	cr_assert_eq(rdma_connect(cl, NULL), 0);
+	st = tcp_state_of_port(port);
+	cr_assert(st == TCP_SYN_SENT || st == TCP_ESTABLISHED,
+		  "TCP state %d when rdma_connect returned", st);
+	accept_queue_reaches(s, 1);
+	expect_no_event(ch, 50);
+	rdma_destroy_qp(cl);
+	cr_assert_eq(rdma_destroy_id(cl), 0);
+	close(s);
+	rdma_destroy_event_channel(ch);
+}
