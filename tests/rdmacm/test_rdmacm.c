@@ -2130,13 +2130,14 @@ struct acceptor {
 static void *accept_all(void *arg)
 {
 	struct acceptor *a = arg;
-	struct ibv_qp_init_attr qa = {
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
 
 	while (a->established < a->n && !a->failed) {
+		/* Afresh for each: rdma_create_qp fills in the CQs it made. */
+		struct ibv_qp_init_attr qa = {
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+		};
 		struct pollfd p = { .fd = a->ch->fd, .events = POLLIN };
 		struct rdma_cm_event *ev;
 		struct rdma_cm_id *id;
