@@ -364,6 +364,9 @@ struct phase_set {
 	struct usage client, server; /* over the window */
 	double to_req[MAX_CONNS], create_qp[MAX_CONNS], accept[MAX_CONNS],
 	       to_est[MAX_CONNS];
+	int late;                   /* CONNECT_REQUESTs behind a later connect */
+	int slowest;                /* the slowest one's place in connect order */
+	double slowest_req;         /* its rdma_connect -> CONNECT_REQUEST, ms */
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -417,12 +420,25 @@ static void collect_phases(int to_child, int from_child,
 	for (int i = 0; i < nconn; i++)
 		idx[port_of[i]] = i;
 	ph->n = 0;
-	for (uint32_t k = 0; k < n; k++) {
+	ph->late = 0;
+	ph->slowest = -1;
+	for (uint32_t k = 0, most = 0; k < n; k++) {
 		const struct srec *s = &srecs[k];
 		int i = idx[s->port];
 
 		if (i < 0 || est[i] <= 0)
 			continue;
+		/* The server's events come in its order: one behind a
+		 * connection started later was overtaken. */
+		if (ph->n && i < (int)most)
+			ph->late++;
+		if (!ph->n || i > (int)most)
+			most = (uint32_t)i;
+		if (ph->slowest < 0 ||
+		    est[i] - start[i] > est[ph->slowest] - start[ph->slowest]) {
+			ph->slowest = i;
+			ph->slowest_req = (s->t_req - start[i]) / 1e3;
+		}
 		ph->to_req[ph->n] = (s->t_req - start[i]) / 1e3;
 		ph->create_qp[ph->n] = (s->t_qp - s->t_req) / 1e3;
 		ph->accept[ph->n] = (s->t_acc - s->t_qp) / 1e3;
@@ -681,6 +697,11 @@ static void print_phases(struct phase_set *ph)
 			ph->n);
 	printf("  %-36s %8.2f\n", "the loop of rdma_connect calls",
 	       ph->loop_ms);
+	printf("  %-36s %8d\n", "CONNECT_REQUESTs overtaken", ph->late);
+	if (ph->slowest >= 0)
+		printf("  %-36s %8d %8.2f\n",
+		       "slowest: # in connect order, ->REQ ms", ph->slowest,
+		       ph->slowest_req);
 	printf("  %-36s %8.1f %8.1f\n", "CPU us / connection: client, server",
 	       ph->client.cpu_us / nconn, ph->server.cpu_us / nconn);
 	printf("  %-36s %8.2f %8.2f\n", "context switches / conn: client, server",

@@ -2117,3 +2117,191 @@ Test(rdmacm, wildcard_listener_children_have_their_address)
 {
 	conn_sockets_ready(true);
 }
+
+/* The server side of burst_events_ready_exactly_while_queued: accept
+ * every request on its channel until n are ESTABLISHED. No assertions
+ * off the test's thread: a failure is counted for it. */
+struct acceptor {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id **sv;
+	int n, nsv, established, failed;
+};
+
+static void *accept_all(void *arg)
+{
+	struct acceptor *a = arg;
+
+	while (a->established < a->n && !a->failed) {
+		/* Afresh for each: rdma_create_qp fills in the CQs it made. */
+		struct ibv_qp_init_attr qa = {
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+		};
+		struct pollfd p = { .fd = a->ch->fd, .events = POLLIN };
+		struct rdma_cm_event *ev;
+		struct rdma_cm_id *id;
+		enum rdma_cm_event_type t;
+
+		if (poll(&p, 1, WAIT_MS) != 1 ||
+		    rdma_get_cm_event(a->ch, &ev)) {
+			a->failed = 1;
+			break;
+		}
+		t = ev->event;
+		id = ev->id;
+		rdma_ack_cm_event(ev);
+		if (t == RDMA_CM_EVENT_ESTABLISHED) {
+			a->established++;
+		} else if (t != RDMA_CM_EVENT_CONNECT_REQUEST ||
+			   a->nsv >= a->n) {
+			a->failed = 2;
+		} else {
+			a->sv[a->nsv++] = id;
+			if (rdma_create_qp(id, NULL, &qa) ||
+			    rdma_accept(id, NULL))
+				a->failed = 3;
+		}
+	}
+	return NULL;
+}
+
+Test(rdmacm, burst_events_ready_exactly_while_queued, .timeout = 120)
+{
+	/* The dialer makes a channel readable once for the ESTABLISHED
+	 * events of one of its turns (wcm_events_hold): 100 connects at
+	 * once, and the client's channel, non-blocking, must still be
+	 * readable exactly while events wait in it. Every time poll()
+	 * says readable there is an event to take (none announced that is
+	 * not there); every event is announced (none waits in the queue
+	 * unannounced: poll would time out); and once all are taken it is
+	 * not readable and rdma_get_cm_event says EAGAIN. */
+	enum { N = 100 };
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	static struct rdma_cm_id *cl[N], *sv[N];
+	struct acceptor a = { .ch = sch, .sv = sv, .n = N };
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *l;
+	struct rdma_cm_event *ev;
+	struct pollfd p = { .events = POLLIN };
+	pthread_t t;
+	uint16_t port;
+	int est = 0, wakes = 0;
+
+	loopback(AF_INET, &ss, 0);
+	cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
+	cr_assert_eq(rdma_listen(l, 0), 0);
+	port = ntohs(rdma_get_src_port(l));
+	for (int i = 0; i < N; i++) {
+		cl[i] = resolved(cch, AF_INET, port);
+		make_qp(cl[i]);
+	}
+	cr_assert_eq(pthread_create(&t, NULL, accept_all, &a), 0);
+	fcntl(cch->fd, F_SETFL, fcntl(cch->fd, F_GETFL) | O_NONBLOCK);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(rdma_connect(cl[i], NULL), 0);
+	p.fd = cch->fd;
+	while (est < N) {
+		int got = 0;
+
+		cr_assert_eq(poll(&p, 1, WAIT_MS), 1, "%d of %d ESTABLISHED "
+			     "announced within %d ms", est, N, WAIT_MS);
+		wakes++;
+		while (!rdma_get_cm_event(cch, &ev)) {
+			cr_assert_eq(ev->event, RDMA_CM_EVENT_ESTABLISHED,
+				     "%s", rdma_event_str(ev->event));
+			rdma_ack_cm_event(ev);
+			got++;
+		}
+		cr_assert_eq(errno, EAGAIN);
+		cr_assert_gt(got, 0, "readable with no event (after %d)", est);
+		est += got;
+	}
+	cr_assert_eq(est, N);
+	p.revents = 0;
+	cr_assert_eq(poll(&p, 1, 0), 0, "readable with every event taken");
+	cr_assert_eq(rdma_get_cm_event(cch, &ev), -1);
+	cr_assert_eq(errno, EAGAIN);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(a.failed, 0, "server side: failure %d", a.failed);
+	cr_assert_eq(a.established, N);
+	cr_log_info("%d ESTABLISHED in %d readable turns", N, wakes);
+	for (int i = 0; i < N; i++) {
+		rdma_destroy_qp(cl[i]);
+		cr_assert_eq(rdma_destroy_id(cl[i]), 0);
+	}
+	for (int i = 0; i < a.nsv; i++) {
+		rdma_destroy_qp(sv[i]);
+		cr_assert_eq(rdma_destroy_id(sv[i]), 0);
+	}
+	cr_assert_eq(rdma_destroy_id(l), 0);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+/* The TCP state of this process's socket bound to local port (network
+ * order), or -1 if there is none. */
+static int tcp_state_of_port(uint16_t port)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int state = -1;
+
+	cr_assert_not_null(d);
+	while ((de = readdir(d))) {
+		struct sockaddr_in me;
+		socklen_t ml = sizeof(me), tl;
+		struct tcp_info ti;
+		int fd = atoi(de->d_name);
+
+		if (de->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) ||
+		    me.sin_family != AF_INET || me.sin_port != port)
+			continue;
+		tl = sizeof(ti);
+		if (!getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl))
+			state = ti.tcpi_state;
+	}
+	closedir(d);
+	return state;
+}
+
+Test(rdmacm, rdma_connect_starts_the_tcp_connect, .timeout = 60)
+{
+	/* Plain MPA: rdma_connect makes the TCP connect on the caller's
+	 * thread (and sends the Request), as the kernel's CM starts it
+	 * within the call, instead of leaving both to the dialer thread:
+	 * the moment it returns, the id's socket is connecting or
+	 * connected, not still closed. The peer is a TCP listener that
+	 * never answers. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), st;
+	struct rdma_cm_id *cl;
+	uint16_t port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(s, 16), 0);
+	cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &alen), 0);
+	cl = resolved(ch, AF_INET, ntohs(a.sin_port));
+	make_qp(cl);
+	port = rdma_get_src_port(cl);
+	st = tcp_state_of_port(port);
+	cr_assert_eq(st, TCP_CLOSE, "bound, not connecting yet: state %d",
+		     st);
+	cr_assert_eq(rdma_connect(cl, NULL), 0);
+	st = tcp_state_of_port(port);
+	cr_assert(st == TCP_SYN_SENT || st == TCP_ESTABLISHED,
+		  "TCP state %d when rdma_connect returned", st);
+	accept_queue_reaches(s, 1);
+	expect_no_event(ch, 50);
+	rdma_destroy_qp(cl);
+	cr_assert_eq(rdma_destroy_id(cl), 0);
+	close(s);
+	rdma_destroy_event_channel(ch);
+}

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cm_active.c - the active side of a connection: rdma_connect hands the
- * id to the dialer (one thread for all connects, below), which connects
- * TCP within the timeout (refused or timed out: UNREACHABLE), sends the
- * Request, reads the Reply (R set: REJECTED with the Responder's private
- * data; anything unacceptable: CONNECT_ERROR) and hands the socket to the
- * QP. The MPA steps are common/wisp_startup.c's.
+ * cm_active.c - the active side of a connection: rdma_connect starts the
+ * TCP connect and sends the Request (with TLS it hands the id over
+ * first), and the dialer (one thread for all connects, below) takes it
+ * from there: the connect within the timeout (refused or timed out:
+ * UNREACHABLE), the Reply (R set: REJECTED with the Responder's private
+ * data; anything unacceptable: CONNECT_ERROR), and the socket to the QP.
+ * The MPA steps are common/wisp_startup.c's.
  *
  * Status of the failure events follows the kernel's iWARP CM
  * (cma_iw_handler): -ECONNREFUSED for a rejection by the peer's
@@ -108,6 +109,9 @@ static void connect_failed(struct wcm_id *w, int fd, int status,
  * each socket is armed one-shot for what its phase waits for, and the
  * list of connections is walked only when the nearest deadline passes.
  * The thread starts with the first connect and ends when none is left.
+ * A plain MPA connection comes to it with its connect made and its
+ * Request sent by rdma_connect (dial_begin), TLS ones before their
+ * connect.
  */
 struct dial {
 	struct dial *next, *prev;  /* the dialer's list (incoming: next) */
@@ -122,6 +126,7 @@ struct dial {
 	struct glue_tls_config tls;
 	struct glue_tls *t;        /* the session, attached to fd */
 	bool had_qp;
+	bool started;              /* connect made by rdma_connect's caller */
 	struct wisp_startup_init x;
 	struct glue_mpa_rd rd;
 	struct mpa_params params;
@@ -536,7 +541,8 @@ static bool dial_take(struct dial **head, struct dial **in, int64_t *first)
 	if (!new && !*in && !*head)
 		return false;
 	/* rdma_connect pushes in front: the newest come first. Put them
-	 * behind the ones already waiting, oldest first. */
+	 * behind the ones already waiting, oldest first; those whose
+	 * connect rdma_connect made join the set at once. */
 	if (new) {
 		struct dial *rev = NULL, **tail = in;
 
@@ -547,7 +553,16 @@ static bool dial_take(struct dial **head, struct dial **in, int64_t *first)
 		}
 		while (*tail)
 			tail = &(*tail)->next;
-		*tail = rev;
+		while ((d = rev)) {
+			rev = d->next;
+			d->next = NULL;
+			if (d->started) {
+				dial_add(head, d, first);
+			} else {
+				*tail = d;
+				tail = &d->next;
+			}
+		}
 	}
 	for (int i = 0; i < DIAL_START_BATCH && (d = *in); i++) {
 		*in = d->next;
@@ -608,6 +623,12 @@ static void *dial_thread(void *arg)
 		if (in)
 			tmo = 0;          /* more to start: only look */
 		n = epoll_wait(dialer.ep, evs, 64, tmo);
+		/* The events of this turn (a burst's ESTABLISHED, mostly)
+		 * make the application's channel readable once, at its end:
+		 * one wake-up of the application's thread, not one per
+		 * event, each of which then also wanted wcm.lock while this
+		 * thread took it for the next connection (issue 13). */
+		wcm_events_hold();
 		for (int i = 0; i < n; i++) {
 			struct dial *d = evs[i].data.ptr;
 
@@ -617,6 +638,7 @@ static void *dial_thread(void *arg)
 				dial_run(&head, d, false, &first);
 		}
 		dial_expire(&head, &first);
+		wcm_events_release();
 	}
 	glue_tls_thread_done();
 	return NULL;
@@ -659,21 +681,34 @@ static int dial_thread_start(void)
 	return 0;
 }
 
-/* Hand w's connect to the dialer, starting its thread if need be
- * (wcm.lock held). */
-static int dial_queue(struct wcm_id *w)
+/* Hand d to the dialer, starting its thread if need be (wcm.lock
+ * held). */
+static int dial_hand(struct dial *d)
+{
+	uint64_t one = 1;
+	int ret = dial_thread_start();
+
+	if (ret)
+		return ret;
+	/* One wake-up per batch, not per connect: a non-empty list has had
+	 * its write since the dialer last took it (both under wcm.lock; the
+	 * dialer reads the eventfd before it takes the list), so the
+	 * dialer will take d with the others. */
+	d->next = dialer.incoming;
+	dialer.incoming = d;
+	if (!d->next && write(dialer.wake, &one, sizeof(one)) < 0)
+		wcm_log(WCM_LOG_ERROR, "dialer: %s", strerror(errno));
+	return 0;
+}
+
+/* The connect of w, to be started (wcm.lock held); w->workers counts it
+ * from here on. NULL if out of memory. */
+static struct dial *dial_new(struct wcm_id *w)
 {
 	struct dial *d = calloc(1, sizeof(*d));
-	uint64_t one = 1;
-	int ret;
 
 	if (!d)
-		return -ENOMEM;
-	ret = dial_thread_start();
-	if (ret) {
-		free(d);
-		return ret;
-	}
+		return NULL;
 	d->w = w;
 	d->fd = w->fd;
 	d->deadline = -1;
@@ -687,19 +722,38 @@ static int dial_queue(struct wcm_id *w)
 	d->tls = w->opts.tls;
 	d->had_qp = w->id.qp || w->ext_qp;
 	w->workers++;
-	/* One wake-up per batch, not per connect: a non-empty list has had
-	 * its write since the dialer last took it (both under wcm.lock; the
-	 * dialer reads the eventfd before it takes the list), so the
-	 * dialer will take d with the others. */
-	d->next = dialer.incoming;
-	dialer.incoming = d;
-	if (!d->next && write(dialer.wake, &one, sizeof(one)) < 0)
-		wcm_log(WCM_LOG_ERROR, "dialer: %s", strerror(errno));
-	return 0;
+	return d;
+}
+
+/*
+ * Plain MPA: the TCP connect and the Request on the caller's thread, as
+ * the kernel's CM starts the connect within rdma_connect; the dialer
+ * takes the connection from there (the Reply, or the rest of a connect
+ * still under way). Neither call waits: the socket is non-blocking and a
+ * fresh one's send buffer takes the Request. A burst of rdma_connect
+ * calls then makes its connects one by one as raw TCP does, each
+ * connection's time counted from its own call, instead of queueing them
+ * all at once in front of one dialer thread that made every connect and
+ * read every Reply (issue 13). A failure is the same event as from the
+ * dialer.
+ */
+static void dial_begin(struct dial *d)
+{
+	int ret;
+
+	if (!dial_start(d))
+		return;                   /* over: its event is queued */
+	d->started = true;
+	pthread_mutex_lock(&wcm.lock);
+	ret = dial_hand(d);
+	pthread_mutex_unlock(&wcm.lock);
+	if (ret)
+		dial_fail(d, ret);
 }
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 {
+	struct dial *d = NULL;
 	struct wcm_id *w;
 	size_t pd_len = 0;
 	int ret, fd;
@@ -754,13 +808,28 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		wcm_sock_opts(w, fd, family);
 		w->fd = fd;
 	}
+	d = dial_new(w);
+	if (!d) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	wcm_set_state(w, WCM_CONNECTING);
-	ret = dial_queue(w);
-	if (ret)
-		wcm_set_state(w, WCM_ROUTE_RESOLVED);
+	/* TLS's handshake takes turns: the dialer makes the whole connect. */
+	if (d->tls.mode != GLUE_TLS_OFF) {
+		ret = dial_hand(d);
+		if (ret) {
+			w->workers--;
+			pthread_cond_broadcast(&wcm.cond);
+			free(d);
+			wcm_set_state(w, WCM_ROUTE_RESOLVED);
+		}
+		d = NULL;
+	}
 out:
 	pthread_mutex_unlock(&wcm.lock);
 	if (ret)
 		return fail(ret);
+	if (d)
+		dial_begin(d);
 	return wcm_complete(w);
 }

@@ -61,8 +61,11 @@ static void bury(struct wcm_channel *ch)
 		free(old);
 }
 
+static void unhold(struct wcm_channel *ch);
+
 void wcm_channel_free(struct wcm_channel *ch)
 {
+	unhold(ch);
 	while (ch->head) {
 		struct wcm_event *e = ch->head;
 
@@ -82,31 +85,89 @@ static void level_up(struct wcm_channel *ch)
 {
 	uint64_t one = 1;
 
+	if (ch->level)
+		return;
+	ch->level = true;
 	if (write(ch->ch.fd, &one, sizeof(one)) != sizeof(one))
 		wcm_log(WCM_LOG_ERROR, "event channel: %s", strerror(errno));
 }
 
-/* Reset the counter: it is 1 here, so the read never blocks. */
+/* Reset the counter: it is 1 when level is set, so the read never
+ * blocks; without level (the queue emptied while its readiness was
+ * held) there is nothing to reset. */
 static void level_down(struct wcm_channel *ch)
 {
 	uint64_t v;
 
+	if (!ch->level)
+		return;
+	ch->level = false;
 	if (read(ch->ch.fd, &v, sizeof(v)) != sizeof(v))
 		wcm_log(WCM_LOG_ERROR, "event channel: %s", strerror(errno));
 }
 
+/* wcm_events_hold: whether this thread holds readiness back, and the
+ * channels whose readiness waits for a release (wcm.lock). */
+static _Thread_local bool holding, held_some;
+static struct wcm_channel *held_list;
+
+/* Take ch off the held list, if on it (wcm.lock held). */
+static void unhold(struct wcm_channel *ch)
+{
+	struct wcm_channel **pp = &held_list;
+
+	if (!ch->held)
+		return;
+	while (*pp != ch)
+		pp = &(*pp)->held_next;
+	*pp = ch->held_next;
+	ch->held_next = NULL;
+	ch->held = false;
+}
+
 static void enqueue(struct wcm_channel *ch, struct wcm_event *e)
 {
-	bool was_empty = !ch->head;
-
 	e->next = NULL;
 	if (ch->tail)
 		ch->tail->next = e;
 	else
 		ch->head = e;
 	ch->tail = e;
-	if (was_empty)
-		level_up(ch);
+	if (ch->level)
+		return;
+	if (!holding) {
+		level_up(ch);         /* it may be held too: the release sees */
+		return;
+	}
+	held_some = true;
+	if (ch->held)
+		return;
+	ch->held = true;
+	ch->held_next = held_list;
+	held_list = ch;
+}
+
+void wcm_events_hold(void)
+{
+	holding = true;
+}
+
+void wcm_events_release(void)
+{
+	holding = false;
+	if (!held_some)
+		return;
+	held_some = false;
+	pthread_mutex_lock(&wcm.lock);
+	while (held_list) {
+		struct wcm_channel *ch = held_list;
+
+		unhold(ch);
+		/* A reader may have taken them all meanwhile. */
+		if (ch->head)
+			level_up(ch);
+	}
+	pthread_mutex_unlock(&wcm.lock);
 }
 
 /* The connection events wisp-stat shows (wisp_private.h). */
@@ -175,7 +236,6 @@ static struct wcm_event *unlink_owned(struct wcm_channel *ch,
 				      const struct wcm_id *owner)
 {
 	struct wcm_event **pp = &ch->head, *taken = NULL, **tail = &taken;
-	bool had = ch->head != NULL;
 
 	ch->tail = NULL;
 	while (*pp) {
@@ -191,8 +251,10 @@ static struct wcm_event *unlink_owned(struct wcm_channel *ch,
 		ch->tail = e;
 		pp = &e->next;
 	}
-	if (had && !ch->head)
+	if (!ch->head) {
 		level_down(ch);
+		unhold(ch);
+	}
 	return taken;
 }
 
@@ -287,6 +349,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 			if (!ch->head) {
 				ch->tail = NULL;
 				level_down(ch);
+				unhold(ch);
 			}
 			e->next = NULL;
 			e->owner->events_out++;
@@ -306,12 +369,22 @@ int rdma_get_cm_event(struct rdma_event_channel *channel,
 			return 0;
 		}
 		/* As the kernel's read() on rdma-core's channel: EAGAIN if
-		 * the application set O_NONBLOCK, else wait. */
+		 * the application set O_NONBLOCK, else wait. Asked without
+		 * the lock: every thread that queues an event takes it, and
+		 * an application polling its channel asked with it held
+		 * (issue 13). */
+		pthread_mutex_unlock(&wcm.lock);
 		flags = fcntl(pfd.fd, F_GETFL);
 		if (flags >= 0 && (flags & O_NONBLOCK)) {
-			pthread_mutex_unlock(&wcm.lock);
 			errno = EAGAIN;
 			return -1;
+		}
+		pthread_mutex_lock(&wcm.lock);
+		if (ch->dead)
+			wait_forever(ch, false);
+		if (ch->head) {
+			pthread_mutex_unlock(&wcm.lock);
+			continue;     /* one came meanwhile */
 		}
 		ch->waiters++;
 		pthread_mutex_unlock(&wcm.lock);

@@ -141,6 +141,14 @@ struct wcm_channel {
 	unsigned int waiters;
 	bool dead;
 	bool orphan;
+	/* The eventfd's counter is non-zero (level_up), which is never
+	 * while the queue is empty; a queue with events is also without it
+	 * for a moment while the thread that queued them holds its
+	 * notifications (wcm_events_hold: then held, on cm_event.c's list
+	 * of channels to raise). wcm.lock. */
+	bool level;
+	bool held;
+	struct wcm_channel *held_next;
 };
 
 static inline struct wcm_channel *to_wch(struct rdma_event_channel *ch)
@@ -168,6 +176,19 @@ void wcm_events_purge(struct wcm_id *owner, struct wcm_id **orphans);
 
 /* Move owner's queued events to channel to (wcm.lock held). */
 void wcm_events_move(struct wcm_id *owner, struct wcm_channel *to);
+
+/*
+ * The calling thread holds back the readiness of the channels it queues
+ * events on until wcm_events_release (wcm.lock not held for either): a
+ * thread that raises many events in one turn (the dialer, a burst of
+ * ESTABLISHED) makes the application's channel readable once for all of
+ * them instead of once per event, and wakes the application's thread
+ * once. The events are queued at once and a reader that comes meanwhile
+ * gets them; only the eventfd, and so a waiter in poll() or
+ * rdma_get_cm_event, waits for the release.
+ */
+void wcm_events_hold(void);
+void wcm_events_release(void);
 
 /* For ids without a channel of their own (sync): wait for the reply to the
  * call just made, as rdma-core's ucma_complete(). 0 or -1 with errno. */
