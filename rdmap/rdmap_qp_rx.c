@@ -720,10 +720,22 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	iov[0].iov_base = qp->stage + qp->st_tail;
 	iov[0].iov_len = qp->stage_cap - qp->st_tail;
 	if (qp->last_big && qp->st_head == qp->st_tail &&
-	    iov[0].iov_len > SMALL_READ)
-		iov[0].iov_len = SMALL_READ;
-	else
+	    iov[0].iov_len > SMALL_READ) {
+		/* After a large FPDU: its successor's header, so that a large
+		 * payload goes straight into place. Inside a payload (a
+		 * direct read stopped short of the end, with less than
+		 * DIRECT_MIN left), the rest of it too: its trailer and the
+		 * next header then come in the same read, instead of the
+		 * rest in SMALL_READ pieces. */
+		size_t want = SMALL_READ;
+
+		if (qp->rx_state == RX_PAYLOAD)
+			want += contig;
+		if (iov[0].iov_len > want)
+			iov[0].iov_len = want;
+	} else {
 		qp->st_offer = iov[0].iov_len;
+	}
 	return 1;
 }
 
@@ -743,6 +755,7 @@ static int rx_close(const struct rdmap_qp *qp)
 
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 {
+	bool placed = false;
 	int ret;
 
 	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
@@ -756,6 +769,7 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 			n -= len;
 		}
 		qp->rx_direct = false;
+		placed = true;
 	} else {
 		/* A read that filled the whole small stage left more in the
 		 * socket: a stream, worth the large stage. */
@@ -768,6 +782,11 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 		qp->st_head = qp->st_tail;
 	}
 	ret = rx_close(qp);
+	/* A direct read that stopped inside the run: the next one asks for
+	 * the rest of it (still RTS, still in that payload). */
+	if (placed && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
+	    qp->rx_state == RX_PAYLOAD)
+		ret |= RDMAP_RX_PLACED;
 	/* rdmap_qp_revoke() runs only between calls: nothing kept then. */
 	rx_keep_drop(qp);
 	return ret;

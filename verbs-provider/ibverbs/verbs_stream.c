@@ -120,7 +120,8 @@ static void s_ended(void *arg, int reason)
 		fn(&qp->base.qp, reason, fn_arg);
 }
 
-_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
+_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND &&
+	       RDMAP_RX_PLACED == GLUE_RX_PLACED,
 	       "rx_done flags pass through unchanged");
 
 static const struct glue_conn_ops stream_ops = {
