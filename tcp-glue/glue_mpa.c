@@ -81,10 +81,30 @@ int glue_mpa_connect_start(int fd, const struct sockaddr *addr,
 		return -errno;
 	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK))
 		return -errno;
+	return glue_mpa_connect_nb(fd, addr, addrlen);
+}
+
+int glue_mpa_connect_nb(int fd, const struct sockaddr *addr,
+			socklen_t addrlen)
+{
 	if (!connect(fd, addr, addrlen))
 		return 0;
 	/* EINTR: the connect goes on in the background, as EINPROGRESS. */
 	return errno == EINPROGRESS || errno == EINTR ? -EINPROGRESS : -errno;
+}
+
+long glue_mpa_send_some(int fd, const void *buf, size_t len)
+{
+	ssize_t n;
+
+	do
+		n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n >= 0)
+		return (long)n;
+	if (errno == EWOULDBLOCK)
+		return -EAGAIN;
+	return errno == EPIPE ? -ECONNRESET : -errno;
 }
 
 int glue_mpa_connect_result(int fd)

@@ -53,6 +53,16 @@ int glue_mpa_connect_start(int fd, const struct sockaddr *addr,
 			   socklen_t addrlen);
 int glue_mpa_connect_result(int fd);
 
+/* glue_mpa_connect_start() for a socket known to be non-blocking: the
+ * connect alone, no F_GETFL. Same returns. */
+int glue_mpa_connect_nb(int fd, const struct sockaddr *addr,
+			socklen_t addrlen);
+
+/* One non-blocking send of up to len octets of buf: the octets taken,
+ * -EAGAIN (no room, or the connect still under way), or the error as
+ * -errno (-ECONNRESET for EPIPE; a failed connect's own error). */
+long glue_mpa_send_some(int fd, const void *buf, size_t len);
+
 /* Write all len octets of buf (one frame) within timeout_ms. Returns 0,
  * -ETIMEDOUT or -ECONNRESET (also for EPIPE). */
 int glue_mpa_write(int fd, const void *buf, size_t len, int timeout_ms);

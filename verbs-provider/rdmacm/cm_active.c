@@ -363,18 +363,15 @@ static bool dial_tcp(struct dial *d, bool late)
 static bool dial_early_request(struct dial *d)
 {
 	int len = wisp_startup_build_request(&d->prefs, &d->x);
-	ssize_t n;
+	long n;
 
 	if (len < 0)
 		return dial_fail(d, len);
-	do
-		n = send(d->fd, d->x.frame, (size_t)len,
-			 MSG_DONTWAIT | MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+	n = glue_mpa_send_some(d->fd, d->x.frame, (size_t)len);
+	if (n == -EAGAIN)
 		return true;              /* DIAL_TCP: wait for POLLOUT */
 	if (n < 0)
-		return dial_fail(d, errno == EPIPE ? -ECONNRESET : -errno);
+		return dial_fail(d, (int)n);
 	dial_source(d);
 	dial_set(d, DIAL_REPLY, POLLIN, d->tmo);
 	/* A fresh socket's send buffer takes the whole frame; should it
@@ -406,11 +403,8 @@ static bool dial_start(struct dial *d)
 	dial_set(d, DIAL_TCP, POLLOUT, d->tmo);
 	/* The socket is non-blocking from socket() on (rdma_connect,
 	 * wcm_bind_locked): no F_GETFL, as glue_mpa_connect_start() makes
-	 * for any socket. EINTR: the connect goes on, as EINPROGRESS. */
-	ret = 0;
-	if (connect(d->fd, dst, wcm_addrlen(dst)))
-		ret = errno == EINPROGRESS || errno == EINTR ? -EINPROGRESS :
-							       -errno;
+	 * for any socket. */
+	ret = glue_mpa_connect_nb(d->fd, dst, wcm_addrlen(dst));
 	if (!ret)
 		return dial_connected(d);
 	if (ret != -EINPROGRESS)
