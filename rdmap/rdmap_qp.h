@@ -172,6 +172,12 @@ struct rdmap_stream_cfg {
 	bool crc;
 	uint16_t ird, ord;
 	uint32_t mulpdu;          /* largest ULPDU to send */
+	/* The path's effective MSS (0: not known). A gathered send carries
+	 * at most as many octets as TX_BATCH_SEGS (128) such segments, and
+	 * never more than 1 MiB: FPDUs larger than the MSS (mulpdu above
+	 * it) then go out in sends no larger than those of FPDUs that fit
+	 * one segment (docs/benchmarks.md, "Large FPDUs at MTU 1500"). */
+	uint32_t emss;
 	/* This end is the MPA Responder: it sends nothing until the first
 	 * FPDU has arrived (RFC 5044 7.1.2, whatever the RTR). */
 	bool responder;
@@ -214,17 +220,13 @@ void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access);
  * rx_done reports n > 0 octets received there; it returns a set of
  * RDMAP_RX_CLOSE (the stream should now be closed: the QP failed with
  * nothing left to send, e.g. the peer's Terminate arrived) and
- * RDMAP_RX_SEND (tx_fill has something to send now) and RDMAP_RX_PLACED
- * (those octets went straight into place inside one FPDU's payload, and
- * the next rx_want asks for the rest of that run: the stream must bring
- * every octet of it, so the engine may wait until all are queued).
+ * RDMAP_RX_SEND (tx_fill has something to send now).
  * tx_fill returns up to cap (>= 64) iovecs to send now, 0 if nothing;
  * tx_done reports n octets of them sent and returns 0, or 1 when the
  * stream should be closed once nothing is in flight.
  */
 #define RDMAP_RX_CLOSE 0x1
 #define RDMAP_RX_SEND  0x2
-#define RDMAP_RX_PLACED 0x4
 int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap);
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n);
 int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap);

@@ -607,6 +607,7 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 	 * goes straight into place: read only its header first. Smaller
 	 * FPDUs are read many per system call into the stage. */
 	qp->last_big = qp->ulpdu_len >= 2 * DIRECT_MIN;
+	qp->rx_short = false;
 	if (!qp->rx_any) {
 		qp->rx_any = true;
 		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
@@ -722,14 +723,16 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	if (qp->last_big && qp->st_head == qp->st_tail &&
 	    iov[0].iov_len > SMALL_READ) {
 		/* After a large FPDU: its successor's header, so that a large
-		 * payload goes straight into place. Inside a payload (a
-		 * direct read stopped short of the end, with less than
-		 * DIRECT_MIN left), the rest of it too: its trailer and the
-		 * next header then come in the same read, instead of the
-		 * rest in SMALL_READ pieces. */
+		 * payload goes straight into place. After a direct read that
+		 * stopped inside this payload with less than DIRECT_MIN left,
+		 * the rest of it too: its trailer and the next header then
+		 * come in the same read, instead of the rest in SMALL_READ
+		 * pieces. (Only then: a small FPDU after a large one is
+		 * still read SMALL_READ at a time, which on loopback keeps
+		 * whole 64 KiB reads into the stage after it.) */
 		size_t want = SMALL_READ;
 
-		if (qp->rx_state == RX_PAYLOAD)
+		if (qp->rx_short && qp->rx_state == RX_PAYLOAD)
 			want += contig;
 		if (iov[0].iov_len > want)
 			iov[0].iov_len = want;
@@ -782,11 +785,12 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 		qp->st_head = qp->st_tail;
 	}
 	ret = rx_close(qp);
-	/* A direct read that stopped inside the run: the next one asks for
-	 * the rest of it (still RTS, still in that payload). */
+	/* A direct read that stopped inside the run: a staged read of the
+	 * rest follows (rdmap_qp_rx_want) unless DIRECT_MIN or more is
+	 * left. rx_fpdu_end clears it. */
 	if (placed && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
 	    qp->rx_state == RX_PAYLOAD)
-		ret |= RDMAP_RX_PLACED;
+		qp->rx_short = true;
 	/* rdmap_qp_revoke() runs only between calls: nothing kept then. */
 	rx_keep_drop(qp);
 	return ret;

@@ -76,11 +76,6 @@ struct glue_conn_ops {
 /* What rx_done asks for. */
 #define GLUE_RX_CLOSE 0x1   /* close the stream gracefully */
 #define GLUE_RX_SEND  0x2   /* tx_fill has something now */
-/* The receive's iovecs were a destination that the stream is certain to
- * fill whole (the rest of a payload placed straight into memory): when
- * it brought less, the engine waits for readability until the rest is
- * queued (SO_RCVLOWAT) instead of waking for every segment. */
-#define GLUE_RX_PLACED 0x4
 
 enum glue_kind {
 	GLUE_AUTO,

@@ -1022,50 +1022,6 @@ static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
 }
 
 /*
- * The rest of a placed payload. A large FPDU's payload is read straight
- * into its destination (the QP's rx_want), and a read there brings what
- * TCP has queued: over a link of 1448-octet segments the engine would
- * wake, read a few segments and sleep again many times per FPDU, where a
- * read into the staging buffer takes many small FPDUs at once. When such
- * a read stopped short (rx_done said GLUE_RX_PLACED), the stream is
- * certain to bring the rest of that run, so the socket's SO_RCVLOWAT is
- * raised to it before the engine waits: the kernel then reports the
- * socket readable (to io_uring's poll and to epoll alike) and wakes the
- * engine only once that much is queued, or at the end of the stream, an
- * error, or when its receive buffer or window runs short. It goes back
- * to 1 before any wait for something else, and whenever a reader that
- * does not wait (a polling thread, the busy poll) took some of the rest
- * while the wait was armed, so that it never asks for more than will
- * come. Reads themselves are non-blocking and ignore it. Not through
- * TLS, whose records the kernel does not know.
- */
-#define RX_LOWAT_MIN 4096         /* less is not worth a system call */
-
-/* Set the socket's low-water mark to want octets (1 below RX_LOWAT_MIN);
- * rx_lock held. */
-static void rx_lowat_set(struct glue_conn *c, size_t want)
-{
-	int v = want < RX_LOWAT_MIN ? 1 : want > INT_MAX ? INT_MAX : (int)want;
-	int cur = c->rx_lowat ? c->rx_lowat : 1;
-
-	if (v == cur || c->rx_lowat < 0)
-		return;
-	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v))) {
-		c->rx_lowat = -1; /* not this socket: never again */
-		return;
-	}
-	c->rx_lowat = v;
-}
-
-/* A reader that does not wait took octets: lower the mark if it now
- * asks for more than the stream is certain to bring; rx_lock held. */
-static void rx_lowat_fit(struct glue_conn *c)
-{
-	if (c->rx_lowat > 1 && c->rx_need < (size_t)c->rx_lowat)
-		rx_lowat_set(c, c->rx_need);
-}
-
-/*
  * Receive until the socket runs dry or max receives; rx_lock held.
  * Returns 1 at EAGAIN (a polling thread through TLS: also once OpenSSL
  * holds nothing more after a read), 0 at the limit, -1 at the end of
@@ -1095,10 +1051,6 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 		glue_stat_rx(c, r, err, glue_on_engine(c->e));
 		errno = err;
 		if (r > 0) {
-			/* What is certain to come next ("The rest of a placed
-			 * payload"); a read that brought nothing leaves it. */
-			c->rx_need = (done & GLUE_RX_PLACED) && !c->tls &&
-				     (size_t)r < asked ? asked - (size_t)r : 0;
 			*got = true;
 			if (done & GLUE_RX_CLOSE)
 				atomic_store(&c->close_req, true);
@@ -1165,7 +1117,6 @@ bool glue_conn_recv_now(struct glue_conn *c)
 		return false;
 	}
 	r = rx_drain(c, 8, &got, true);
-	rx_lowat_fit(c);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
@@ -1320,10 +1271,6 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 		goto arm;
 	}
 	r = rx_drain(c, 16, &got, false);
-	/* About to wait for readability (r > 0): for the rest of a placed
-	 * payload, or for anything. */
-	if (r > 0)
-		rx_lowat_set(c, c->rx_need);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (got) {
 		bp_active(e);
@@ -1384,7 +1331,6 @@ static bool bp_hot_recv(struct glue_engine *e)
 	if (pthread_mutex_trylock(&c->rx_lock))
 		return false;
 	r = rx_drain(c, 16, &got, false);
-	rx_lowat_fit(c);
 	pthread_mutex_unlock(&c->rx_lock);
 	if (r > 0 && !got)
 		return false;

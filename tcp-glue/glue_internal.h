@@ -80,12 +80,6 @@ struct glue_conn {
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;
-	/* Large payloads read straight into place (glue_engine.c, "The
-	 * rest of a placed payload"), under rx_lock: octets the stream is
-	 * certain to bring next (0: any amount is worth a read), and the
-	 * socket's SO_RCVLOWAT now (0: never set, i.e. 1). */
-	size_t rx_need;
-	int rx_lowat;
 	atomic_bool tx_more;      /* tx_fill may have more right away */
 	/* The engine found tx_lock taken by another thread and left:
 	 * that thread queues c again when it lets go (glue_tx_unlock). */
