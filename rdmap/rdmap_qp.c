@@ -72,6 +72,7 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 		goto err_bufs;
 	qp->fp = qp->fp_small;
 	qp->fp_cap = TX_SMALL_FPDUS;
+	qp->b_max = TX_BATCH_BYTES;
 	qp->iov = qp->iov_small;
 	qp->iov_cap = TX_SMALL_IOV;
 	qp->stage = qp->stage_small;
@@ -226,6 +227,8 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 	    s->mulpdu < MPA_MULPDU_MIN || s->mulpdu > MPA_ULPDU_SEND_MAX)
 		return -EINVAL;
 	qp->s = *s;
+	qp->b_max = s->emss && s->emss < TX_BATCH_BYTES / TX_BATCH_SEGS ?
+		    s->emss * TX_BATCH_SEGS : TX_BATCH_BYTES;
 	/* IRD/ORD 0 means the exchange did not negotiate them (MPA rev 1,
 	 * or rev 2 without the enhanced words): allow one Read in flight
 	 * each way rather than none, as RDMAP has no way to refuse. */

@@ -32,6 +32,8 @@
  */
 #define TX_BATCH        128       /* FPDUs per gathered send (large) */
 #define TX_BATCH_BYTES  (1u << 20)
+#define TX_BATCH_SEGS   128       /* ... and at most this many of the path's
+				   * segments (rdmap_stream_cfg.emss) */
 #define TX_IOV_MAX      1024      /* iovecs per gathered send (large) */
 #define TX_SMALL_FPDUS  4         /* the same, small */
 #define TX_SMALL_IOV    64
@@ -158,6 +160,7 @@ struct rdmap_qp {
 	struct tx_fpdu *fp;       /* fp_small or the large batch */
 	struct iovec *iov;        /* iov_small or the large batch's */
 	int fp_cap, iov_cap;
+	uint32_t b_max;           /* octets per gathered send at most */
 	bool tx_grow;             /* a small batch was cut short */
 	struct tx_fpdu *fp_big;   /* the large batch (one allocation with
 				   * its iovecs), or NULL */
@@ -175,6 +178,7 @@ struct rdmap_qp {
 	bool rx_grow;             /* a staging read filled the small stage */
 	bool last_big;            /* the previous ULPDU was large */
 	bool rx_direct;           /* the last rx_want was a direct placement */
+	bool rx_short;            /* a direct read stopped inside this payload */
 	struct iovec dir[RDMAP_MAX_SGE];
 	int ndir;
 	uint32_t rx_msn[RDMAP_QN__COUNT];

@@ -607,6 +607,7 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 	 * goes straight into place: read only its header first. Smaller
 	 * FPDUs are read many per system call into the stage. */
 	qp->last_big = qp->ulpdu_len >= 2 * DIRECT_MIN;
+	qp->rx_short = false;
 	if (!qp->rx_any) {
 		qp->rx_any = true;
 		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
@@ -720,10 +721,24 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	iov[0].iov_base = qp->stage + qp->st_tail;
 	iov[0].iov_len = qp->stage_cap - qp->st_tail;
 	if (qp->last_big && qp->st_head == qp->st_tail &&
-	    iov[0].iov_len > SMALL_READ)
-		iov[0].iov_len = SMALL_READ;
-	else
+	    iov[0].iov_len > SMALL_READ) {
+		/* After a large FPDU: its successor's header, so that a large
+		 * payload goes straight into place. After a direct read that
+		 * stopped inside this payload with less than DIRECT_MIN left,
+		 * the rest of it too: its trailer and the next header then
+		 * come in the same read, instead of the rest in SMALL_READ
+		 * pieces. (Only then: a small FPDU after a large one is
+		 * still read SMALL_READ at a time, which on loopback keeps
+		 * whole 64 KiB reads into the stage after it.) */
+		size_t want = SMALL_READ;
+
+		if (qp->rx_short && qp->rx_state == RX_PAYLOAD)
+			want += contig;
+		if (iov[0].iov_len > want)
+			iov[0].iov_len = want;
+	} else {
 		qp->st_offer = iov[0].iov_len;
+	}
 	return 1;
 }
 
@@ -743,6 +758,7 @@ static int rx_close(const struct rdmap_qp *qp)
 
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 {
+	bool placed = false;
 	int ret;
 
 	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
@@ -756,6 +772,7 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 			n -= len;
 		}
 		qp->rx_direct = false;
+		placed = true;
 	} else {
 		/* A read that filled the whole small stage left more in the
 		 * socket: a stream, worth the large stage. */
@@ -768,6 +785,12 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 		qp->st_head = qp->st_tail;
 	}
 	ret = rx_close(qp);
+	/* A direct read that stopped inside the run: a staged read of the
+	 * rest follows (rdmap_qp_rx_want) unless DIRECT_MIN or more is
+	 * left. rx_fpdu_end clears it. */
+	if (placed && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
+	    qp->rx_state == RX_PAYLOAD)
+		qp->rx_short = true;
 	/* rdmap_qp_revoke() runs only between calls: nothing kept then. */
 	rx_keep_drop(qp);
 	return ret;

@@ -40,7 +40,7 @@ bool rdmap_qp_tx_pending(const struct rdmap_qp *qp)
  * that is full asks for the large one (tx_grow). */
 static bool batch_room(struct rdmap_qp *qp, int npay)
 {
-	if (qp->nfp < qp->fp_cap && qp->b_total < TX_BATCH_BYTES &&
+	if (qp->nfp < qp->fp_cap && qp->b_total < qp->b_max &&
 	    qp->niov + npay + 3 + 2 * 2 <= qp->iov_cap)
 		return true;
 	if (!qp->fp_big)

@@ -176,14 +176,12 @@ static int stream_cfg(const struct wisp_qp *qp, int fd,
 	socklen_t len = sizeof(mss);
 
 	/* FPDUs no larger than the MSS (RFC 5044 section 6.1: MULPDU from
-	 * EMSS) so that every FPDU can travel in one TCP segment. A peer
-	 * that takes the largest ULPDU MPA sends makes the MSS moot (below):
-	 * no getsockopt then, one system call less per connection. */
-	if (p->peer_max_ulpdu >= MPA_ULPDU_SEND_MAX)
-		mss = 536;
-	else if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) ||
-		 mss < 536)
+	 * EMSS) so that every FPDU can travel in one TCP segment. With a
+	 * peer that takes larger ones (below) the MSS still bounds how many
+	 * octets go out per gathered send (rdmap_stream_cfg.emss). */
+	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 536)
 		mss = 1460;
+	s->emss = (uint32_t)mss;
 	s->mulpdu = mpa_mulpdu((uint32_t)mss, false);
 	/* Between two wisp peers that negotiated it (wisp's extension,
 	 * docs/wire-formats.md) an FPDU may span many segments: fewer
