@@ -246,7 +246,7 @@ def draw(chart, path):
     ax.set_xticks(range(len(GOALS)))
     ax.set_xticklabels([l.replace(", ", "\n") for l in labels], fontsize=8)
     ax.set_ylim(0, YMAX * 1.08)
-    ax.set_ylabel("wisp / raw TCP of the same run")
+    ax.set_ylabel("wisp / its baseline in the same run\n(raw TCP; the WRITE ping-pong: the SEND ping-pong)", fontsize=9)
     ax.set_title("wisp against its goals (dashed: the goal)")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=colours[p], label=l) for p, l in PATHS],
