@@ -283,31 +283,42 @@ static bool ready_claim(struct glue_conn *c)
  * close() send what the socket holds.
  */
 
-int glue_send_cork_parse(const char *s, unsigned *us)
+/* A WISP_* setting that is "off" (0), "on" (on) or a decimal number
+ * in [lo, hi]: 0 and *v set, or -EINVAL. */
+static int parse_switch_num(const char *s, unsigned long on,
+			    unsigned long lo, unsigned long hi,
+			    unsigned long *v)
 {
-	unsigned long v = 0;
+	unsigned long n = 0;
 
 	if (!s || !*s)
 		return -EINVAL;
-	if (!strcmp(s, "off")) {
-		*us = 0;
-		return 0;
-	}
-	if (!strcmp(s, "on")) {
-		*us = GLUE_SEND_CORK_ON_US;
+	if (!strcmp(s, "off") || !strcmp(s, "on")) {
+		*v = s[1] == 'n' ? on : 0;
 		return 0;
 	}
 	for (const char *p = s; *p; p++) {
 		if (*p < '0' || *p > '9')
 			return -EINVAL;
-		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > GLUE_SEND_CORK_MAX_US)
+		n = n * 10 + (unsigned long)(*p - '0');
+		if (n > hi)
 			return -EINVAL;
 	}
-	if (!v)
+	if (n < lo)
 		return -EINVAL;
-	*us = (unsigned)v;
+	*v = n;
 	return 0;
+}
+
+int glue_send_cork_parse(const char *s, unsigned *us)
+{
+	unsigned long v;
+	int r = parse_switch_num(s, GLUE_SEND_CORK_ON_US, 1,
+				 GLUE_SEND_CORK_MAX_US, &v);
+
+	if (!r)
+		*us = (unsigned)v;
+	return r;
 }
 
 static int send_cork_setting(unsigned *us)
@@ -1118,29 +1129,14 @@ static bool busy_poll(struct glue_engine *e)
 
 int glue_send_zc_parse(const char *s, size_t *min)
 {
-	unsigned long v = 0;
+	unsigned long v;
+	int r = parse_switch_num(s, GLUE_SEND_ZC_ON_BYTES,
+				 GLUE_SEND_ZC_MIN_BYTES,
+				 GLUE_SEND_ZC_MAX_BYTES, &v);
 
-	if (!s || !*s)
-		return -EINVAL;
-	if (!strcmp(s, "off")) {
-		*min = 0;
-		return 0;
-	}
-	if (!strcmp(s, "on")) {
-		*min = GLUE_SEND_ZC_ON_BYTES;
-		return 0;
-	}
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > GLUE_SEND_ZC_MAX_BYTES)
-			return -EINVAL;
-	}
-	if (v < GLUE_SEND_ZC_MIN_BYTES)
-		return -EINVAL;
-	*min = v;
-	return 0;
+	if (!r)
+		*min = v;
+	return r;
 }
 
 static int send_zc_setting(size_t *min)
