@@ -200,7 +200,7 @@ struct rdmap_ring *rdmap_qp_rq(struct rdmap_qp *qp)
 
 enum rdmap_qp_state rdmap_qp_state(const struct rdmap_qp *qp)
 {
-	return (enum rdmap_qp_state)atomic_load(&qp->state);
+	return qp_state(qp);
 }
 
 void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access)
@@ -223,7 +223,7 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 {
 	uint32_t ulpdu_max;
 
-	if (!qp || !s || rdmap_qp_state(qp) != RDMAP_QP_IDLE ||
+	if (!qp || !s || qp_state(qp) != RDMAP_QP_IDLE ||
 	    s->mulpdu < MPA_MULPDU_MIN || s->mulpdu > MPA_ULPDU_SEND_MAX)
 		return -EINVAL;
 	qp->s = *s;
@@ -469,7 +469,7 @@ static void flush_sq(struct rdmap_qp *qp, enum rdmap_wc_status first_status,
 
 void rdmap_qp_flush_idle(struct rdmap_qp *qp)
 {
-	if (rdmap_qp_state(qp) != RDMAP_QP_ERROR)
+	if (qp_state(qp) != RDMAP_QP_ERROR)
 		return;
 	flush_sq(qp, RDMAP_WC_WR_FLUSH_ERR, 0);
 	flush_rq(qp);
@@ -530,7 +530,7 @@ void qp_fault(struct rdmap_qp *qp, struct rdmap_fault f,
 		  const uint8_t *seg, size_t seg_avail, uint16_t seg_len)
 {
 	if (qp->term_pending || qp->term_sent ||
-	    rdmap_qp_state(qp) == RDMAP_QP_ERROR) {
+	    qp_state(qp) == RDMAP_QP_ERROR) {
 		qp_enter_error(qp, f.term, RDMAP_WC_WR_FLUSH_ERR);
 		return;
 	}

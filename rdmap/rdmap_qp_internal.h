@@ -221,6 +221,13 @@ struct rdmap_qp {
 
 /* ---- rdmap_qp.c: shared helpers ---- */
 
+/* rdmap_qp_state() inside rdmap/: the same load, without a call on the
+ * per-FPDU paths that ask it several times each. */
+static inline enum rdmap_qp_state qp_state(const struct rdmap_qp *qp)
+{
+	return (enum rdmap_qp_state)atomic_load(&qp->state);
+}
+
 /* The large transmit batch (its FPDUs, then its iovecs) in octets. */
 #define TX_BIG_BYTES (TX_BATCH * sizeof(struct tx_fpdu) + \
 		      TX_IOV_MAX * sizeof(struct iovec))

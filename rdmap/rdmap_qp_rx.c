@@ -628,7 +628,7 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 		break;
 	}
 	qp->hdr_have = 0;
-	qp->rx_state = rdmap_qp_state(qp) == RDMAP_QP_RTS ? RX_HDR
+	qp->rx_state = qp_state(qp) == RDMAP_QP_RTS ? RX_HDR
 							   : RX_DISCARD;
 }
 
@@ -642,7 +642,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
 		long used;
 
 		if (qp->rx_state == RX_DISCARD &&
-		    rdmap_qp_state(qp) != RDMAP_QP_RTS)
+		    qp_state(qp) != RDMAP_QP_RTS)
 			return;
 		used = mpa_rx_feed(&qp->mrx, in, len, &ev);
 		if (used < 0) {
@@ -693,7 +693,7 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 
 	qp->rx_direct = false;
 	qp->st_offer = 0;
-	if (rdmap_qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
+	if (qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
 		/* Dropped octets: read into the (empty) stage and ignored. */
 		qp->st_head = qp->st_tail = 0;
 		iov[0].iov_base = qp->stage;
@@ -751,7 +751,7 @@ static int rx_close(const struct rdmap_qp *qp)
 	/* A graceful close still sends the batch and the Terminate, but
 	 * its deadline bounds how long a peer that stopped reading holds
 	 * them (and the WRs they belong to). */
-	if (rdmap_qp_state(qp) == RDMAP_QP_ERROR)
+	if (qp_state(qp) == RDMAP_QP_ERROR)
 		ret |= RDMAP_RX_CLOSE;
 	return ret;
 }
@@ -761,7 +761,7 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 	bool placed = false;
 	int ret;
 
-	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
+	if (qp_state(qp) != RDMAP_QP_RTS)
 		return rx_close(qp);
 	if (qp->rx_direct) {
 		for (int i = 0; i < qp->ndir && n; i++) {
@@ -788,7 +788,7 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 	/* A direct read that stopped inside the run: a staged read of the
 	 * rest follows (rdmap_qp_rx_want) unless DIRECT_MIN or more is
 	 * left. rx_fpdu_end clears it. */
-	if (placed && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
+	if (placed && qp_state(qp) == RDMAP_QP_RTS &&
 	    qp->rx_state == RX_PAYLOAD)
 		qp->rx_short = true;
 	/* rdmap_qp_revoke() runs only between calls: nothing kept then. */

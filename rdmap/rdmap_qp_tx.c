@@ -25,7 +25,7 @@ bool rdmap_qp_tx_pending(const struct rdmap_qp *qp)
 {
 	if (qp->b_sent < qp->b_total || qp->term_pending)
 		return true;
-	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
+	if (qp_state(qp) != RDMAP_QP_RTS)
 		return false;
 	if (qp->rtr_pending || qp->nudge_pending)
 		return true;
@@ -175,7 +175,7 @@ int64_t rdmap_qp_tick(struct rdmap_qp *qp, int64_t now_ms, bool *send)
 	*send = false;
 	/* nothing to wait for, the answer came, or given up */
 	if (!initiator || qp->rx_any || qp->nudges >= RDMAP_NUDGE_MAX ||
-	    rdmap_qp_state(qp) != RDMAP_QP_RTS)
+	    qp_state(qp) != RDMAP_QP_RTS)
 		return -1;
 	if (!qp->nudge_at) {
 		qp->nudge_at = now_ms + RDMAP_NUDGE_FIRST_MS;
@@ -446,7 +446,7 @@ static int tx_build(struct rdmap_qp *qp)
 	qp->iov_off = qp->b_total = qp->b_sent = 0;
 	if (qp->term_pending)
 		return tx_terminate(qp);
-	if (rdmap_qp_state(qp) != RDMAP_QP_RTS)
+	if (qp_state(qp) != RDMAP_QP_RTS)
 		return 0;
 	if (qp->rtr_pending) {
 		ret = tx_rtr(qp);
@@ -472,7 +472,7 @@ static int tx_build(struct rdmap_qp *qp)
 		} else {
 			ret = 0;
 		}
-		if (ret <= 0 || rdmap_qp_state(qp) != RDMAP_QP_RTS)
+		if (ret <= 0 || qp_state(qp) != RDMAP_QP_RTS)
 			return ret;
 	}
 }
@@ -517,7 +517,7 @@ int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
 	 * sender asks once more): no batch to set up. */
 	if (!rdmap_qp_tx_pending(qp))
 		return 0;
-	if (!qp->fp_big && rdmap_qp_state(qp) == RDMAP_QP_RTS &&
+	if (!qp->fp_big && qp_state(qp) == RDMAP_QP_RTS &&
 	    tx_wants_big(qp))
 		batch_grow(qp);
 	ret = tx_build(qp);
@@ -554,12 +554,12 @@ int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n)
 
 		qp_put_refs(f->put, f->nput);
 		f->nput = 0;
-		if (f->wr_idx >= 0 && rdmap_qp_state(qp) != RDMAP_QP_ERROR)
+		if (f->wr_idx >= 0 && qp_state(qp) != RDMAP_QP_ERROR)
 			wr_sent(qp, (uint32_t)f->wr_idx);
 		if (f->close)
 			close = 1;
 	}
-	if (rdmap_qp_state(qp) != RDMAP_QP_ERROR) {
+	if (qp_state(qp) != RDMAP_QP_ERROR) {
 		qp_sq_advance(qp);
 		return close;
 	}

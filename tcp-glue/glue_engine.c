@@ -1294,7 +1294,8 @@ static void conn_tls_start_tx(struct glue_engine *e, struct glue_conn *c,
  * Receive until the socket runs dry or max receives; rx_lock held.
  * Returns 1 at EAGAIN (a polling thread through TLS: also once OpenSSL
  * holds nothing more after a read), 0 at the limit, -1 at the end of
- * the stream (c->rx_end says how it ended).
+ * the stream (c->rx_end says how it ended). poller: an application
+ * thread polling its CQ (glue_conn_recv_now); otherwise the engine.
  */
 static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 {
@@ -1316,8 +1317,10 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 		done = c->ops->rx_done(c->arg, r > 0 ? (size_t)r : 0);
 		/* Counted once the owner has them: what the statistics say
 		 * arrived is placed (a reader that waits for the counters
-		 * to meet the peer's may then read the memory). */
-		glue_stat_rx(c, r, err, glue_on_engine(c->e));
+		 * to meet the peer's may then read the memory). The engine
+		 * drains for itself, a polling thread for its CQ: who is
+		 * at it is known without a look at the thread's TLS. */
+		glue_stat_rx(c, r, err, !poller);
 		errno = err;
 		if (r > 0) {
 			*got = true;
