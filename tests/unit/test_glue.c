@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_glue.c - the engine's closing against threads that receive
- * directly.
+ * directly, and the statistics' count of those receives.
  *
  * glue_conn_recv_now() checks the connection's state under rx_lock and
  * then calls rx_want and recvmsg on the socket, in a loop. The engine,
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_stats.h"
 
 struct fdt {
 	pthread_mutex_t lock;
@@ -200,4 +201,138 @@ Test(glue, close_waits_for_a_direct_receiver_uring, .timeout = 30)
 Test(glue, close_waits_for_a_direct_receiver_epoll, .timeout = 30)
 {
 	close_under_poller(GLUE_EPOLL);
+}
+
+/*
+ * The receive statistics name who received (glue_stats.h): rx_recvs
+ * counts every recvmsg that brought octets, rx_direct those of a thread
+ * polling its CQ (glue_conn_recv_now), never the engine's. The owner
+ * below tells the two apart by glue_on_engine() in its rx_done; the
+ * counters must agree with it, receive for receive.
+ */
+struct who {
+	uint8_t rx[64];
+	atomic_uint engine_recvs, poller_recvs;
+	atomic_size_t octets;
+	atomic_bool ended;
+	struct glue_engine *e;
+};
+
+static int who_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct who *w = arg;
+
+	(void)cap;
+	iov[0].iov_base = w->rx;
+	iov[0].iov_len = sizeof(w->rx);
+	return 1;
+}
+
+static int who_rx_done(void *arg, size_t n)
+{
+	struct who *w = arg;
+
+	if (!n)
+		return 0;
+	atomic_fetch_add(glue_on_engine(w->e) ? &w->engine_recvs
+					      : &w->poller_recvs, 1);
+	atomic_fetch_add(&w->octets, n);
+	return 0;
+}
+
+static void who_ended(void *arg, int reason)
+{
+	struct who *w = arg;
+
+	(void)reason;
+	atomic_store(&w->ended, true);
+}
+
+static const struct glue_conn_ops who_ops = {
+	.rx_want = who_rx_want,
+	.rx_done = who_rx_done,
+	.tx_fill = fdt_tx_fill,
+	.tx_done = fdt_tx_done,
+	.ended = who_ended,
+};
+
+static void rx_direct_counts_the_poller(enum glue_kind kind)
+{
+	struct who w = { 0 };
+	const struct glue_conn_stats *st;
+	struct glue_conn *c;
+	size_t sent = 0;
+	int sv[2];
+
+	atomic_init(&w.engine_recvs, 0);
+	atomic_init(&w.poller_recvs, 0);
+	atomic_init(&w.octets, 0);
+	atomic_init(&w.ended, false);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	w.e = glue_engine_create(kind);
+	if (!w.e && kind == GLUE_URING)
+		cr_skip_test("io_uring refused here: %s", strerror(errno));
+	cr_assert_not_null(w.e);
+	c = glue_conn_add(w.e, sv[0], &who_ops, &w);
+	cr_assert_not_null(c);
+
+	/* Nobody polls: the engine receives, twice (so that its count and
+	 * the poller's, which stops at one, differ). */
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(send(sv[1], "e", 1, 0), 1);
+		sent++;
+		for (int64_t end = ms_now() + 5000;
+		     ms_now() < end && atomic_load(&w.octets) < sent;)
+			usleep(1000);
+		cr_assert_eq(atomic_load(&w.octets), sent);
+	}
+	cr_assert_eq(atomic_load(&w.engine_recvs), 2);
+
+	/* A polling thread (this one) receives, until it has done so once;
+	 * the engine may still take an octet now and then. */
+	for (int i = 0; i < 1000 && !atomic_load(&w.poller_recvs); i++) {
+		cr_assert_eq(send(sv[1], "p", 1, 0), 1);
+		sent++;
+		for (int64_t end = ms_now() + 5000;
+		     ms_now() < end && atomic_load(&w.octets) < sent;)
+			if (!glue_conn_recv_now(c))
+				usleep(100);
+	}
+	cr_assert_eq(atomic_load(&w.octets), sent);
+	cr_assert_eq(atomic_load(&w.poller_recvs), 1);
+
+	/* The engine counts after its rx_done returns: wait for its last
+	 * count to land. */
+	st = glue_conn_stats(c);
+	for (int64_t end = ms_now() + 5000;
+	     ms_now() < end && atomic_load(&st->rx_recvs) <
+	     atomic_load(&w.engine_recvs) + atomic_load(&w.poller_recvs);)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&st->rx_recvs),
+		     atomic_load(&w.engine_recvs) +
+		     atomic_load(&w.poller_recvs));
+	cr_assert_eq(atomic_load(&st->rx_direct),
+		     atomic_load(&w.poller_recvs),
+		     "rx_direct %llu, receives on the polling thread %u",
+		     (unsigned long long)atomic_load(&st->rx_direct),
+		     atomic_load(&w.poller_recvs));
+	cr_assert_eq(atomic_load(&st->rx_octets), sent);
+
+	close(sv[1]);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !atomic_load(&w.ended);)
+		usleep(1000);
+	cr_assert(atomic_load(&w.ended), "the connection did not end");
+	glue_conn_free(c);
+	glue_engine_destroy(w.e);
+}
+
+Test(glue, rx_direct_counts_the_poller_uring, .timeout = 60)
+{
+	rx_direct_counts_the_poller(GLUE_URING);
+}
+
+Test(glue, rx_direct_counts_the_poller_epoll, .timeout = 60)
+{
+	rx_direct_counts_the_poller(GLUE_EPOLL);
 }
