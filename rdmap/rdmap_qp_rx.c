@@ -628,8 +628,7 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 		break;
 	}
 	qp->hdr_have = 0;
-	qp->rx_state = qp_state(qp) == RDMAP_QP_RTS ? RX_HDR
-							   : RX_DISCARD;
+	qp->rx_state = qp_state(qp) == RDMAP_QP_RTS ? RX_HDR : RX_DISCARD;
 }
 
 /* Run the MPA decoder over in[0..len): octets in the staging buffer, or
