@@ -752,9 +752,10 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		 * stopped inside this payload with less than DIRECT_MIN left,
 		 * the rest of it too: its trailer and the next header then
 		 * come in the same read, instead of the rest in SMALL_READ
-		 * pieces. (Only then: a small FPDU after a large one is
-		 * still read SMALL_READ at a time, which on loopback keeps
-		 * whole 64 KiB reads into the stage after it.) */
+		 * pieces. (Only then: a short FPDU after a large one is
+		 * still read SMALL_READ at a time when the direct read that
+		 * ended the large one brought nothing after it; usually
+		 * that read's stage part brings the short FPDU whole.) */
 		size_t want = SMALL_READ;
 
 		if (qp->rx_short && qp->rx_state == RX_PAYLOAD)
