@@ -41,6 +41,7 @@
 #define STAGE_SIZE      (64 * 1024)
 #define STAGE_SMALL     2048
 #define SMALL_READ      64        /* staging read after a large FPDU */
+#define RX_TAIL         1024      /* stage octets after a direct read */
 #define DIRECT_MIN      8192      /* payload worth a recv of its own */
 #define RTR_STAG        0x100     /* any non-zero STag: never checked */
 
@@ -176,11 +177,13 @@ struct rdmap_qp {
 	size_t st_head, st_tail;
 	size_t st_offer;          /* octets the last staging read offered */
 	bool rx_grow;             /* a staging read filled the small stage */
-	bool last_big;            /* the previous ULPDU was large */
+	bool last_big;            /* one of the last two ULPDUs was large */
+	bool prev_big;            /* the last ULPDU was large */
 	bool rx_direct;           /* the last rx_want was a direct placement */
 	bool rx_short;            /* a direct read stopped inside this payload */
 	struct iovec dir[RDMAP_MAX_SGE];
 	int ndir;
+	size_t dir_len;           /* octets dir[] takes; then the stage */
 	uint32_t rx_msn[RDMAP_QN__COUNT];
 	bool rx_any;              /* at least one FPDU received */
 

@@ -605,8 +605,16 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 {
 	/* Large enough that the next FPDU's payload, if it is as large,
 	 * goes straight into place: read only its header first. Smaller
-	 * FPDUs are read many per system call into the stage. */
-	qp->last_big = qp->ulpdu_len >= 2 * DIRECT_MIN;
+	 * FPDUs are read many per system call into the stage. A message
+	 * cut into large FPDUs often ends in a short one (a 64 KiB WRITE:
+	 * 64,754 octets and 782), and the next message then starts large
+	 * again: one short FPDU after a large one keeps the header-first
+	 * read, or the next large payload would come through the stage
+	 * and be copied from there. */
+	bool big = qp->ulpdu_len >= 2 * DIRECT_MIN;
+
+	qp->last_big = big || qp->prev_big;
+	qp->prev_big = big;
 	qp->rx_short = false;
 	if (!qp->rx_any) {
 		qp->rx_any = true;
@@ -705,12 +713,29 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		uint32_t poff = (uint32_t)mpa_rx_ulpdu_done(&qp->mrx) -
 				qp->hdr_have;
 
+		int n;
+
 		qp->ndir = op->dest(qp, poff, contig, qp->dir);
 		if (qp->ndir > cap)
 			qp->ndir = cap;
 		memcpy(iov, qp->dir, (size_t)qp->ndir * sizeof(*iov));
+		qp->dir_len = 0;
+		for (int i = 0; i < qp->ndir; i++)
+			qp->dir_len += qp->dir[i].iov_len;
 		qp->rx_direct = true;
-		return qp->ndir;
+		n = qp->ndir;
+		/* What follows the run (its trailer, a short FPDU that ends
+		 * the message, the next header) goes to the stage in the
+		 * same call, instead of a read of its own after this one:
+		 * on loopback a 64 KiB WRITE then takes one recvmsg. */
+		if (n < cap && qp->dir_len == contig) {
+			qp->st_head = qp->st_tail = 0;
+			iov[n].iov_base = qp->stage;
+			iov[n].iov_len = qp->stage_cap < RX_TAIL ?
+					 qp->stage_cap : RX_TAIL;
+			n++;
+		}
+		return n;
 	}
 	if (qp->st_head == qp->st_tail) {
 		qp->st_head = qp->st_tail = 0;
@@ -726,9 +751,10 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		 * stopped inside this payload with less than DIRECT_MIN left,
 		 * the rest of it too: its trailer and the next header then
 		 * come in the same read, instead of the rest in SMALL_READ
-		 * pieces. (Only then: a small FPDU after a large one is
-		 * still read SMALL_READ at a time, which on loopback keeps
-		 * whole 64 KiB reads into the stage after it.) */
+		 * pieces. (Only then: a short FPDU after a large one is
+		 * still read SMALL_READ at a time when the direct read that
+		 * ended the large one brought nothing after it; usually
+		 * that read's stage part brings the short FPDU whole.) */
 		size_t want = SMALL_READ;
 
 		if (qp->rx_short && qp->rx_state == RX_PAYLOAD)
@@ -771,7 +797,14 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 			n -= len;
 		}
 		qp->rx_direct = false;
-		placed = true;
+		/* Stopped inside the run; else what came after it is in
+		 * the stage (rdmap_qp_rx_want). */
+		placed = !n;
+		if (n && rdmap_qp_state(qp) == RDMAP_QP_RTS) {
+			qp->st_tail = n;
+			rx_feed(qp, qp->stage, n, false);
+			qp->st_head = qp->st_tail;
+		}
 	} else {
 		/* A read that filled the whole small stage left more in the
 		 * socket: a stream, worth the large stage. */

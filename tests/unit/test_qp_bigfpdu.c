@@ -153,13 +153,16 @@ static int bf_receive(struct bf *b, size_t len, int *rests)
 	*rests = 0;
 	while (off < len && rdmap_qp_state(b->rx) == RDMAP_QP_RTS) {
 		int n = rdmap_qp_rx_want(b->rx, iov, 8);
-		size_t asked = 0, got = 0;
+		size_t asked = 0, asked_dir = 0, got = 0;
 		bool direct;
 
 		cr_assert_gt(n, 0);
 		direct = in_dst(iov[0].iov_base);
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			asked += iov[i].iov_len;
+			if (in_dst(iov[i].iov_base))
+				asked_dir += iov[i].iov_len;
+		}
 		if (short_rest && !direct) {
 			cr_assert_eq(asked, short_rest + BF_SMALL,
 				     "after a short direct read with %zu left: "
@@ -178,9 +181,10 @@ static int bf_receive(struct bf *b, size_t len, int *rests)
 			off += k;
 			got += k;
 		}
-		/* The rest of a run after a direct read that stopped short. */
-		short_rest = direct && got && got < asked &&
-			     asked - got < BF_DIRECT ? asked - got : 0;
+		/* The rest of a run after a direct read that stopped short
+		 * (a direct read may also offer the stage after the run). */
+		short_rest = direct && got && got < asked_dir &&
+			     asked_dir - got < BF_DIRECT ? asked_dir - got : 0;
 		rdmap_qp_rx_done(b->rx, got);
 		reads++;
 	}
@@ -268,4 +272,104 @@ Test(qp_bigfpdu, gathered_send_bounded_by_the_path_segment)
 	bf_send(&b, &max_send);
 	cr_assert_gt(max_send, 512u << 10, "largest send %zu", max_send);
 	bf_fini(&b);
+}
+
+/*
+ * Loopback: the path's MSS is about 64 KiB, so a 64 KiB WRITE is one
+ * large FPDU (MPA_ULPDU_SEND_MAX) and a short one with the last 782
+ * octets. Every large payload after the first must go straight into the
+ * MR: the short tail FPDU must not make the next WRITE's payload come
+ * through the stage (a second copy), and what follows a payload (its
+ * trailer, the short FPDU, the next header) comes in the same recvmsg
+ * as the payload. Two "sockets": each WRITE arrives whole (one sendmsg)
+ * and the receiver reads until the socket is empty before the next one
+ * comes, as an engine that keeps up does; or the whole stream is there
+ * at once, as for an engine that fell behind. *staged: octets read
+ * into the stage. Returns the number of reads.
+ */
+#define LB_EMSS   65483u
+#define LB_NWR    8u
+#define LB_LEN    65536u
+
+static int lb_run(bool one_by_one, size_t *staged)
+{
+	struct iovec iov[8];
+	struct bf b;
+	size_t len = 0, per, arrived = 0, off = 0;
+	int reads = 0;
+
+	bf_init(&b, false, LB_EMSS);
+	for (uint32_t i = 0; i < LB_NWR; i++) {
+		struct rdmap_send_wr *w = rdmap_ring_slot(rdmap_qp_sq(b.tx),
+							  i);
+
+		memset(w, 0, sizeof(*w));
+		w->wr_id = i;
+		w->opcode = RDMAP_WR_WRITE;
+		w->num_sge = 1;
+		w->sge[0] = (struct rdmap_sge){ b.smr.iova + i * LB_LEN,
+						LB_LEN, b.smr.stag };
+		w->length = LB_LEN;
+		w->rkey = b.dmr.stag;
+		w->remote_addr = b.dmr.iova + i * LB_LEN;
+	}
+	atomic_store(&rdmap_qp_sq(b.tx)->tail, LB_NWR);
+	for (int n; (n = rdmap_qp_tx_fill(b.tx, iov, 8)) > 0;) {
+		size_t bytes = 0;
+
+		for (int i = 0; i < n; i++) {
+			memcpy(bf_wire + len, iov[i].iov_base, iov[i].iov_len);
+			len += iov[i].iov_len;
+			bytes += iov[i].iov_len;
+		}
+		rdmap_qp_tx_done(b.tx, bytes);
+	}
+	cr_assert_eq(len % LB_NWR, 0);
+	per = len / LB_NWR;
+	cr_assert_gt(per, LB_LEN, "two FPDUs per WRITE: %zu octets", per);
+	*staged = 0;
+	while (off < len && rdmap_qp_state(b.rx) == RDMAP_QP_RTS) {
+		int n = rdmap_qp_rx_want(b.rx, iov, 8);
+		size_t got = 0;
+
+		cr_assert_gt(n, 0);
+		if (off == arrived)       /* the socket was empty */
+			arrived = one_by_one ? arrived + per : len;
+		for (int i = 0; i < n && off < arrived; i++) {
+			size_t k = arrived - off < iov[i].iov_len ?
+				   arrived - off : iov[i].iov_len;
+
+			memcpy(iov[i].iov_base, bf_wire + off, k);
+			off += k;
+			got += k;
+			if (!in_dst(iov[i].iov_base))
+				*staged += k;
+		}
+		rdmap_qp_rx_done(b.rx, got);
+		reads++;
+	}
+	cr_assert_eq(rdmap_qp_state(b.rx), RDMAP_QP_RTS);
+	cr_assert_eq(memcmp(bf_dst, bf_src, LB_NWR * LB_LEN), 0,
+		     "every octet placed where it belongs");
+	bf_fini(&b);
+	cr_log_info("%u WRITEs of 64 KiB, %s: %d reads, %zu octets staged",
+		    LB_NWR, one_by_one ? "one by one" : "all there", reads,
+		    *staged);
+	return reads;
+}
+
+Test(qp_bigfpdu, loopback_64k_writes_placed_directly)
+{
+	size_t staged;
+	int reads;
+
+	/* A header read and a payload read per WRITE; the stage takes
+	 * headers, trailers and the short FPDUs, never a payload. */
+	reads = lb_run(true, &staged);
+	cr_assert_leq(reads, 2 * LB_NWR, "%d reads", reads);
+	cr_assert_leq(staged, LB_NWR * 2048, "%zu octets staged", staged);
+	/* All there: one read per WRITE, after the first read. */
+	reads = lb_run(false, &staged);
+	cr_assert_leq(reads, LB_NWR + 2, "%d reads", reads);
+	cr_assert_leq(staged, LB_NWR * 2048, "%zu octets staged", staged);
 }
