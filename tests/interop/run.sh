@@ -169,10 +169,11 @@ for t in write read; do
 	add "s2w.cs.repl-$t-8m" default repl "$t 8 65536 8"
 done
 add "s2w.cs.reject" default reject ""
-# siw 6.1 as initiator oopses when the peer closes before its MPA Reply
-# (siw_cm_upcall hands iw_cm a NULL private data pointer): kills the guest,
-# so it runs last on its boot
-add "s2w.cs.no-listener" default nolisten "" "kmemdup.*|cm_event_handler.*iw_cm"
+# No "s2w.cs.no-listener": with nobody listening on the host, wisp takes
+# no part (qemu's forward accepts siw's connect and closes it when its
+# relay's connect is refused), siw 6.1 oopsed on it every time (finding 3:
+# it kills the guest) and once qemu's close did not come within siw's MPA
+# timer: it tested siw and qemu, not wisp (docs/interop.md, finding 3).
 for m in p2pw p2pr; do
 	add "s2w.$m.rping-100x40" p2p rping "100 40"
 	add "s2w.$m.rping-65000x8" p2p rping "65000 8"
@@ -629,15 +630,9 @@ run_nolisten() {
 	local cp=$GUEST_IMAGE/cmprobe ev t0 t1
 	ports
 	t0=$(date +%s)
-	if [ "$dir" = w2s ]; then
-		hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $((GUEST_PORT_BASE + 9)) -e any -t 8000
-		c_out=$cdir/host.out
-	else
-		gstart "$name" cmprobe -c -a 10.0.2.100 -p 20009 -e any -t 8000
-		g_port=20009
-		gfinish "$name" 20
-		c_out=$cdir/guest.out
-	fi
+	# w2s only: wisp connects to the guest's pair 9, where nobody listens
+	hrun 30 "$cdir/host.out" "$cdir/host.err" "${wisp[@]}" "$cp" -c -a 127.0.0.1 -p $((GUEST_PORT_BASE + 9)) -e any -t 8000
+	c_out=$cdir/host.out
 	t1=$(date +%s)
 	ev=$(grep -m1 -E "REJECTED|UNREACHABLE|CONNECT_ERROR|ESTABLISHED|TIMEOUT" "$c_out" | cut -d' ' -f4-)
 	detail="${ev:-nothing} after $((t1 - t0)) s"
