@@ -153,6 +153,9 @@ int glue_send_zc_parse(const char *s, size_t *min);
  */
 int glue_send_cork_parse(const char *s, unsigned *us);
 
+/* The socket's MSS (TCP_MAXSEG), or 0 if it cannot be read. */
+int glue_sock_mss(int fd);
+
 /* What the engine's busy polling did (relaxed reads, any thread). */
 struct glue_engine_stats {
 	uint64_t bp_windows;   /* spins started after traffic */

@@ -333,18 +333,22 @@ static int send_cork_setting(unsigned *us)
 	return -EINVAL;
 }
 
-/* The most a corked send may carry on c: half its MSS, read from the
- * socket the first time a post could cork (tx_lock held). */
-static size_t cork_max(struct glue_conn *c)
+int glue_sock_mss(int fd)
 {
 	int mss = 0;
 	socklen_t len = sizeof(mss);
 
+	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 0)
+		return 0;
+	return mss;
+}
+
+/* The most a corked send may carry on c: half its MSS, read from the
+ * socket the first time a post could cork (tx_lock held). */
+static size_t cork_max(struct glue_conn *c)
+{
 	if (!c->cork_limit) {
-		if (getsockopt(c->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) ||
-		    mss <= 0)
-			mss = 0;
-		c->cork_limit = (size_t)mss / 2;
+		c->cork_limit = (size_t)glue_sock_mss(c->fd) / 2;
 		if (c->cork_limit > GLUE_CORK_MAX_BYTES)
 			c->cork_limit = GLUE_CORK_MAX_BYTES;
 		if (!c->cork_limit)

@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -172,14 +171,13 @@ static int stream_cfg(const struct wisp_qp *qp, int fd,
 		      const struct wisp_stream_params *p,
 		      struct rdmap_stream_cfg *s)
 {
-	int mss = 0;
-	socklen_t len = sizeof(mss);
+	int mss = glue_sock_mss(fd);
 
 	/* FPDUs no larger than the MSS (RFC 5044 section 6.1: MULPDU from
 	 * EMSS) so that every FPDU can travel in one TCP segment. With a
 	 * peer that takes larger ones (below) the MSS still bounds how many
 	 * octets go out per gathered send (rdmap_stream_cfg.emss). */
-	if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) || mss < 536)
+	if (mss < 536)
 		mss = 1460;
 	s->emss = (uint32_t)mss;
 	s->mulpdu = mpa_mulpdu((uint32_t)mss, false);
