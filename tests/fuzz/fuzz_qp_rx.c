@@ -18,6 +18,12 @@
  * ASan. The QP answers with bounded output; every completion is
  * well-formed.
  *
+ * The buffers are 32 KiB, so that a WRITE's payload can be large enough
+ * (DIRECT_MIN, 8 KiB, or more) to be read straight into the MR: the
+ * direct read, the stage's tail read after it (RX_TAIL) and the staged
+ * read of the rest after a direct read that stopped short (rx_short) all
+ * take the fuzzer's octets, in chunks of 512 or 1 MiB.
+ *
  * Speed: the harness itself is instrumented like the library, so a check
  * run after every chunk (256 compares, each traced by libFuzzer) cost more
  * than the QP it checked and held the target near 1,400 inputs/s. The
@@ -33,7 +39,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define GUARD   64
-#define BUF     4096
+#define BUF     (32 * 1024)
 #define PD_ID   ((const void *)0x1)
 
 static _Alignas(64) uint8_t mem[2][GUARD + BUF + GUARD];

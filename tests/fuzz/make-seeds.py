@@ -181,7 +181,7 @@ def main():
     write(t, "bad-version", b"\x00" + view + bytes([0xC2, 0x80]) + bytes(12))
 
     # fuzz_qp_rx: whole streams into a QP with MRs 0x15a (TO 0x10000) and
-    # 0x25a (TO 0x20000), 4096 octets each, and two receives posted.
+    # 0x25a (TO 0x20000), 32 KiB each, and two receives posted.
     t = "fuzz_qp_rx"
     w = tagged(0, True, 0x15A, 0x10000 + 100) + bytes(range(200))
     snd = untagged(3, False, 0, 0, 1, 0) + b"a" * 900
@@ -199,7 +199,18 @@ def main():
         write(t, f"terminate-crc{crc}", bytes([crc]) +
               fpdu_stream([w, term], crc, False))
         write(t, f"write-oob-crc{crc}", bytes([crc]) + fpdu_stream(
-            [tagged(0, True, 0x15A, 0x10000 + 4000) + bytes(200)], crc, False))
+            [tagged(0, True, 0x15A, 0x10000 + 32700) + bytes(200)], crc,
+            False))
+        # Large payloads, read straight into the MR (DIRECT_MIN is
+        # 8 KiB): a WRITE of 20,000 octets in one FPDU, a short one
+        # that ends it, then a small SEND; in chunks of 512 (direct
+        # reads that stop short) and of 1 MiB (whole, with the tail).
+        big = tagged(0, False, 0x15A, 0x10000 + 8) + \
+            bytes(i * 7 & 0xFF for i in range(20000))
+        tail = tagged(0, True, 0x15A, 0x10000 + 20008) + b"t" * 600
+        for cfg in (crc | 8, crc | 12):
+            write(t, f"write-direct-cfg{cfg}", bytes([cfg]) +
+                  fpdu_stream([big, tail, snd, big], crc, False))
 
     # fuzz_tls_open: scripts of operations (fuzz_tls_open.c says what
     # each octet means); the target seals the records itself with its
