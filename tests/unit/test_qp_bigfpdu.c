@@ -133,6 +133,27 @@ static bool in_dst(const void *p)
 
 /* Odd pieces, as TCP queues them: GSO packets, single segments, a few
  * octets, one octet. */
+/* The wire's octets from *off up to arrived (what TCP has queued) into
+ * the iovecs a rdmap_qp_rx_want asked for; returns how many, and adds
+ * those that went to the stage rather than into place to *staged. */
+static size_t bf_copy_in(const struct iovec *iov, int n, size_t *off,
+			 size_t arrived, size_t *staged)
+{
+	size_t got = 0;
+
+	for (int i = 0; i < n && *off < arrived; i++) {
+		size_t k = arrived - *off < iov[i].iov_len ?
+			   arrived - *off : iov[i].iov_len;
+
+		memcpy(iov[i].iov_base, bf_wire + *off, k);
+		*off += k;
+		got += k;
+		if (!in_dst(iov[i].iov_base))
+			*staged += k;
+	}
+	return got;
+}
+
 static const size_t bf_piece[] = { 65160, 1448, 1, 2896, 383, 7, 9001,
 				   65160, 65160, 64, 65, 1447, 4344, 31 };
 
@@ -153,7 +174,7 @@ static int bf_receive(struct bf *b, size_t len, int *rests)
 	*rests = 0;
 	while (off < len && rdmap_qp_state(b->rx) == RDMAP_QP_RTS) {
 		int n = rdmap_qp_rx_want(b->rx, iov, 8);
-		size_t asked = 0, asked_dir = 0, got = 0;
+		size_t asked = 0, asked_dir = 0, got, staged = 0;
 		bool direct;
 
 		cr_assert_gt(n, 0);
@@ -173,14 +194,7 @@ static int bf_receive(struct bf *b, size_t len, int *rests)
 					    sizeof(bf_piece[0]))];
 		if (arrived > len)
 			arrived = len;
-		for (int i = 0; i < n && off < arrived; i++) {
-			size_t k = arrived - off < iov[i].iov_len ?
-				   arrived - off : iov[i].iov_len;
-
-			memcpy(iov[i].iov_base, bf_wire + off, k);
-			off += k;
-			got += k;
-		}
+		got = bf_copy_in(iov, n, &off, arrived, &staged);
 		/* The rest of a run after a direct read that stopped short
 		 * (a direct read may also offer the stage after the run). */
 		short_rest = direct && got && got < asked_dir &&
@@ -330,21 +344,12 @@ static int lb_run(bool one_by_one, size_t *staged)
 	*staged = 0;
 	while (off < len && rdmap_qp_state(b.rx) == RDMAP_QP_RTS) {
 		int n = rdmap_qp_rx_want(b.rx, iov, 8);
-		size_t got = 0;
+		size_t got;
 
 		cr_assert_gt(n, 0);
 		if (off == arrived)       /* the socket was empty */
 			arrived = one_by_one ? arrived + per : len;
-		for (int i = 0; i < n && off < arrived; i++) {
-			size_t k = arrived - off < iov[i].iov_len ?
-				   arrived - off : iov[i].iov_len;
-
-			memcpy(iov[i].iov_base, bf_wire + off, k);
-			off += k;
-			got += k;
-			if (!in_dst(iov[i].iov_base))
-				*staged += k;
-		}
+		got = bf_copy_in(iov, n, &off, arrived, staged);
 		rdmap_qp_rx_done(b.rx, got);
 		reads++;
 	}
