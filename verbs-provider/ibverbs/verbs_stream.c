@@ -44,10 +44,18 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
+	uint32_t cqes;
 	int ret = 0;
 
-	if (n)
+	if (n) {
+		/* Say whether it completed work: a posting thread waits for
+		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED). */
+		cqes = atomic_load_explicit(&qp->ncqe, memory_order_relaxed);
 		ret = rdmap_qp_rx_done(qp->core, n);
+		if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) !=
+		    cqes)
+			ret |= GLUE_RX_COMPLETED;
+	}
 	pthread_mutex_unlock(&qp->core_lock);
 	return ret;
 }
@@ -119,7 +127,10 @@ static void s_ended(void *arg, int reason)
 		fn(&qp->base.qp, reason, fn_arg);
 }
 
-_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
+_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND &&
+	       RDMAP_RX_PARTIAL == GLUE_RX_PARTIAL &&
+	       !(GLUE_RX_COMPLETED & (RDMAP_RX_CLOSE | RDMAP_RX_SEND |
+				      RDMAP_RX_PARTIAL)),
 	       "rx_done flags pass through unchanged");
 
 static const struct glue_conn_ops stream_ops = {
