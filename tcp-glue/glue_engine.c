@@ -597,13 +597,18 @@ int64_t glue_answer_post(struct glue_answer *a, int64_t now, bool lone)
 	if (!a->max_ns)
 		return 0;
 	if (!lone) {
-		atomic_store(&a->post_ns, 0);
-		atomic_store(&a->streak, 0);
+		/* Stores only when they change something: in a stream every
+		 * post comes here. */
+		if (atomic_load_explicit(&a->post_ns, memory_order_relaxed))
+			atomic_store(&a->post_ns, 0);
+		if (atomic_load_explicit(&a->streak, memory_order_relaxed))
+			atomic_store(&a->streak, 0);
 		return 0;
 	}
 	if (atomic_exchange(&a->post_ns, now)) {
 		/* The one before is still unanswered: a stream. */
-		atomic_store(&a->streak, 0);
+		if (atomic_load_explicit(&a->streak, memory_order_relaxed))
+			atomic_store(&a->streak, 0);
 		return 0;
 	}
 	if (atomic_load(&a->streak) < GLUE_ANSWER_STREAK)

@@ -152,9 +152,6 @@ struct wisp_qp {
 	int access_flags;
 	struct wisp_stream stream;
 	struct wisp_stats_qp *stats;  /* published counters (verbs_stats.h) */
-	/* Completions made (core_complete): what arrived completed work
-	 * when it moves across an rx_done (verbs_stream.c). */
-	_Atomic uint32_t ncqe;
 	struct wisp_qpx *x;       /* the ibv_wr_* batch, if send_ops_flags */
 };
 

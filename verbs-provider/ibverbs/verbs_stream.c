@@ -41,19 +41,28 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
+/* How many completions the QP's CQs have taken so far (a sum that
+ * changes when either gets one; another QP's count too). */
+static uint32_t cq_tails(const struct wisp_qp *qp)
+{
+	return atomic_load_explicit(&qp->scq->tail, memory_order_relaxed) +
+	       atomic_load_explicit(&qp->rcq->tail, memory_order_relaxed);
+}
+
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
-	uint32_t cqes;
+	uint32_t tails;
 	int ret = 0;
 
 	if (n) {
 		/* Say whether it completed work: a posting thread waits for
-		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED). */
-		cqes = atomic_load_explicit(&qp->ncqe, memory_order_relaxed);
+		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
+		 * A completion of another QP on a shared CQ meanwhile says
+		 * so too: at worst one wait less. */
+		tails = cq_tails(qp);
 		ret = rdmap_qp_rx_done(qp->core, n);
-		if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) !=
-		    cqes)
+		if (cq_tails(qp) != tails)
 			ret |= GLUE_RX_COMPLETED;
 	}
 	pthread_mutex_unlock(&qp->core_lock);
