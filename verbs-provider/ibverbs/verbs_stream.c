@@ -52,7 +52,6 @@ static uint32_t cq_tails(const struct wisp_qp *qp)
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
-	uint32_t tails;
 	int ret = 0;
 
 	if (n) {
@@ -60,7 +59,8 @@ static int s_rx_done(void *arg, size_t n)
 		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
 		 * A completion of another QP on a shared CQ meanwhile says
 		 * so too: at worst one wait less. */
-		tails = cq_tails(qp);
+		uint32_t tails = cq_tails(qp);
+
 		ret = rdmap_qp_rx_done(qp->core, n);
 		if (cq_tails(qp) != tails)
 			ret |= GLUE_RX_COMPLETED;
