@@ -1731,7 +1731,9 @@ out:
 		if (!tx_left_to_poller(c))
 			ready_kick(c);
 	}
-	if (wait)
+	/* Never on the engine thread (a post from one of its callbacks):
+	 * it would spin instead of serving every other connection. */
+	if (wait && !glue_on_engine(c->e))
 		answer_wait(c, post_end, wait);
 	else if (post)
 		answer_release(c);  /* no wait: nobody else receives */
