@@ -546,10 +546,12 @@ static int cork_tick(struct glue_engine *e, int timeout)
  * message half read (GLUE_RX_PARTIAL) the thread goes on receiving
  * within that time. A wait that ends without the whole answer hands the
  * socket back to the engine at once (rx_more and a kick, as
- * glue_conn_release does); one that ends with it keeps the engine off
- * for GLUE_APP_POLL_MS more, as after a poller's look, since the next
- * post waits again; the engine looks again within GLUE_APP_POLL_MAX_MS
- * if none comes. Between looks the thread yields the CPU
+ * glue_conn_release does), and so does a post that does not wait; one
+ * that ends with it keeps the engine off for GLUE_APP_POLL_MS more, as
+ * after a poller's look, since the next post waits again; the engine
+ * looks again within GLUE_APP_POLL_MAX_MS of that if none comes (an
+ * unasked WRITE after the last answer may wait that long). Between
+ * looks the thread yields the CPU
  * (sched_yield: back at once when no other thread wants it).
  *
  * The cost is the posting thread's time: ibv_post_send returns after
