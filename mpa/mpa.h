@@ -409,6 +409,10 @@ size_t mpa_rx_contig(const struct mpa_rx *rx);
  * far (the offset of the next ULPDU octet); 0 for a NULL rx. */
 size_t mpa_rx_ulpdu_done(const struct mpa_rx *rx);
 
+/* True between FPDUs: no octet of an FPDU (nor of a marker) is held
+ * or half read; false for a NULL rx. */
+bool mpa_rx_between(const struct mpa_rx *rx);
+
 /* Why the decoder failed (the fault of the -EPROTO mpa_rx_feed()
  * returned), or MPA_ERR_NONE while it has not failed or for a NULL rx. */
 enum mpa_error mpa_rx_error(const struct mpa_rx *rx);

@@ -442,6 +442,12 @@ size_t mpa_rx_ulpdu_done(const struct mpa_rx *rx)
 	return rx ? rx->ulpdu_done : 0;
 }
 
+bool mpa_rx_between(const struct mpa_rx *rx)
+{
+	return rx && rx->state == MPA_RX_LEN && rx->part_done == 0 &&
+	       rx->marker_done == 0;
+}
+
 enum mpa_error mpa_rx_error(const struct mpa_rx *rx)
 {
 	if (!rx || rx->state != MPA_RX_FAILED)

@@ -220,13 +220,17 @@ void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access);
  * rx_done reports n > 0 octets received there; it returns a set of
  * RDMAP_RX_CLOSE (the stream should now be closed: the QP failed with
  * nothing left to send, e.g. the peer's Terminate arrived) and
- * RDMAP_RX_SEND (tx_fill has something to send now).
+ * RDMAP_RX_SEND (tx_fill has something to send now), and
+ * RDMAP_RX_PARTIAL while a message is partly received (octets of an
+ * FPDU, or FPDUs of a message whose last segment has not come): more
+ * of it is due.
  * tx_fill returns up to cap (>= 64) iovecs to send now, 0 if nothing;
  * tx_done reports n octets of them sent and returns 0, or 1 when the
  * stream should be closed once nothing is in flight.
  */
 #define RDMAP_RX_CLOSE 0x1
 #define RDMAP_RX_SEND  0x2
+#define RDMAP_RX_PARTIAL 0x4
 int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap);
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n);
 int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap);

@@ -186,6 +186,8 @@ struct rdmap_qp {
 	size_t dir_len;           /* octets dir[] takes; then the stage */
 	uint32_t rx_msn[RDMAP_QN__COUNT];
 	bool rx_any;              /* at least one FPDU received */
+	bool rx_open;             /* the last FPDU did not end its message
+				   * (DDP L clear) */
 
 	/* the current ULPDU */
 	uint8_t hdr[HDR_MAX];

@@ -625,6 +625,7 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 		rx_fault(qp, rdmap_fault_ddp(DDP_ERR_SEG_TOO_SHORT));
 		break;
 	case RX_PAYLOAD:
+		qp->rx_open = !qp->h.ddp.last;
 		qp_stat_fpdu(qp, false, &qp->h, qp->ulpdu_len - qp->hdr_have);
 		rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK].end(
 			qp, qp->ulpdu_len - qp->hdr_have);
@@ -823,6 +824,12 @@ int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n)
 	if (placed && qp_state(qp) == RDMAP_QP_RTS &&
 	    qp->rx_state == RX_PAYLOAD)
 		qp->rx_short = true;
+	/* Mid-message: a thread that received for a program watching
+	 * memory must not leave the rest unread (glue.h GLUE_RX_PARTIAL). */
+	if (qp_state(qp) == RDMAP_QP_RTS &&
+	    (qp->rx_open || qp->rx_state != RX_HDR || qp->hdr_have ||
+	     !mpa_rx_between(&qp->mrx)))
+		ret |= RDMAP_RX_PARTIAL;
 	/* rdmap_qp_revoke() runs only between calls: nothing kept then. */
 	rx_keep_drop(qp);
 	return ret;

@@ -15,11 +15,14 @@
  * traffic before it blocks (glue_engine.c "Busy polling").
  * WISP_SEND_ZC turns on zero-copy sends for large gathered sends
  * (glue_engine.c "Zero-copy sends"). WISP_SEND_CORK sets how a burst of
- * small posts is sent (glue_engine.c "Corking bursts").
+ * small posts is sent (glue_engine.c "Corking bursts"). WISP_POST_POLL
+ * bounds how long a posting thread waits for a ping-pong's answer
+ * (glue_engine.c "Waiting for the answer").
  */
 #ifndef WISP_GLUE_H
 #define WISP_GLUE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,9 +77,17 @@ struct glue_conn_ops {
 	bool (*idle)(void *arg);
 };
 
-/* What rx_done asks for. */
+/* What rx_done asks for, and what it says of what arrived. */
 #define GLUE_RX_CLOSE 0x1   /* close the stream gracefully */
 #define GLUE_RX_SEND  0x2   /* tx_fill has something now */
+/* A message is partly received: more of it is due. A thread that waits
+ * for a post's answer (WISP_POST_POLL) does not leave the stream with a
+ * message half read. */
+#define GLUE_RX_PARTIAL 0x4
+/* What arrived completed work that the application learns of through a
+ * completion (a receive, a READ): it polls or sleeps for it, so such an
+ * answer is not one that a posting thread waits for. */
+#define GLUE_RX_COMPLETED 0x8
 
 enum glue_kind {
 	GLUE_AUTO,
@@ -152,6 +163,62 @@ int glue_send_zc_parse(const char *s, size_t *min);
  * sets *us (0 for off), or -EINVAL (NULL, empty or anything else).
  */
 int glue_send_cork_parse(const char *s, unsigned *us);
+
+/*
+ * WISP_POST_POLL: on (the default: GLUE_POST_POLL_ON_US), off, or 1 ..
+ * GLUE_POST_POLL_MAX_US microseconds. The longest a thread that has just
+ * posted on a plaintext connection with a ping-pong pattern (its recent
+ * lone posts were each answered by octets that completed nothing, within
+ * this bound) waits for the answer, receiving on the connection itself,
+ * before glue_conn_send_post returns (glue_engine.c "Waiting for the
+ * answer"). The wait itself is twice the measured answer time, at most
+ * this.
+ */
+#define GLUE_POST_POLL_ON_US   100u
+#define GLUE_POST_POLL_MAX_US  10000u
+
+/*
+ * Parse a WISP_POST_POLL value: "on", "off", or decimal digits only (no
+ * sign, space or suffix) from 1 to GLUE_POST_POLL_MAX_US. Returns 0 and
+ * sets *us (0 for off), or -EINVAL (NULL, empty or anything else).
+ */
+int glue_post_poll_parse(const char *s, unsigned *us);
+
+/*
+ * The ping-pong detector behind WISP_POST_POLL, one per connection. Its
+ * clock is the caller's (nanoseconds, monotonic), so that its rules can
+ * be tested without time. Posts and receives may come from different
+ * threads at once: every field is atomic, and a race costs at worst one
+ * wait more or less, never a wrong octet.
+ *
+ * A post is "lone" when its send carried everything queued and left
+ * nothing behind. A lone post that finds the one before still
+ * unanswered, a post that is not lone, an answer that completed work
+ * (GLUE_RX_COMPLETED), one that came later than max_ns after its post,
+ * and a wait that ran out all end the streak; GLUE_ANSWER_STREAK lone
+ * posts answered in a row start it.
+ */
+#define GLUE_ANSWER_STREAK  4
+#define GLUE_ANSWER_MIN_NS  5000      /* the shortest wait */
+
+struct glue_answer {
+	_Atomic int64_t post_ns;  /* the unanswered lone post's end; 0: none */
+	_Atomic int64_t srtt_ns;  /* answer time, smoothed (1/8) */
+	_Atomic int streak;       /* lone posts answered in a row */
+	int64_t max_ns;           /* the bound; 0: off */
+};
+
+void glue_answer_init(struct glue_answer *a, int64_t max_ns);
+/* A post's send ended at now (> 0). Returns how long to wait for its
+ * answer (ns), 0 for not at all. */
+int64_t glue_answer_post(struct glue_answer *a, int64_t now, bool lone);
+/* Is a lone post waiting for its answer? (A cheap look before
+ * glue_answer_rx, which wants the time.) */
+bool glue_answer_waiting(const struct glue_answer *a);
+/* Octets arrived at now; flags: rx_done's (GLUE_RX_COMPLETED). */
+void glue_answer_rx(struct glue_answer *a, int64_t now, int flags);
+/* A wait for the answer ran out before it came. */
+void glue_answer_miss(struct glue_answer *a);
 
 /* The socket's MSS (TCP_MAXSEG), or 0 if it cannot be read. */
 int glue_sock_mss(int fd);
@@ -231,6 +298,10 @@ bool glue_conn_send_now(struct glue_conn *c);
  * without it, when the poller finds nothing (glue_conn_recv_now,
  * glue_conn_send_poll), when it arms its CQ (glue_conn_release), and in
  * any case within about 2 ms (the engine looks every millisecond).
+ * On a connection in a ping-pong (WISP_POST_POLL) it then receives on c
+ * until the answer is in, or for at most twice the measured answer
+ * time, so that a program watching memory for it finds it there without
+ * a wake-up of the engine; no lock is held while it waits.
  */
 bool glue_conn_send_post(struct glue_conn *c);
 

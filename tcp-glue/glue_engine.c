@@ -516,6 +516,144 @@ static int cork_tick(struct glue_engine *e, int timeout)
 	return timeout >= 0 && timeout < left ? timeout : (int)left;
 }
 
+/* ------------------------------------------------------------------ */
+/* Waiting for the answer                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A program that waits for a WRITE by watching memory (ib_write_lat,
+ * many RDMA servers) calls nothing while it waits, so only the engine
+ * can receive the WRITE, and a sleeping engine is woken for every one:
+ * on 2 CPUs that wake-up is about half of the ping-pong's round trip
+ * (docs/benchmarks.md, "The memory-polling floor"). But such a program
+ * is a ping-pong: it posts its WRITE, then waits for the peer's. So the
+ * thread that posted, and is about to wait anyway, receives the answer
+ * itself before ibv_post_send returns, as an empty ibv_poll_cq does
+ * (rx_drain as a poller, no lock held between looks, the engine kept
+ * off the socket meanwhile: post_rx_ms counts as a poller's app_rx_ms).
+ * The WRITE is then in its MR when the program looks, and no thread was
+ * woken for it.
+ *
+ * Only where that pattern shows (struct glue_answer, glue.h): the last
+ * GLUE_ANSWER_STREAK lone posts were each answered by octets that
+ * completed nothing (a WRITE: GLUE_RX_COMPLETED clear; a SEND or a Read
+ * Response completes work that the program polls or sleeps for, and an
+ * empty poll receives it already) within WISP_POST_POLL of the post.
+ * A stream of posts, a post the engine sends, a post before the last
+ * one's answer, or a wait that runs out ends it. The wait lasts twice
+ * the smoothed answer time (at least GLUE_ANSWER_MIN_NS, at most
+ * WISP_POST_POLL) and ends as soon as the answer is in whole; with a
+ * message half read (GLUE_RX_PARTIAL) the thread goes on receiving
+ * within that time. A wait that ends without the whole answer hands the
+ * socket back to the engine at once (rx_more and a kick, as
+ * glue_conn_release does), and so does a post that does not wait; one
+ * that ends with it keeps the engine off for GLUE_APP_POLL_MS more, as
+ * after a poller's look, since the next post waits again; the engine
+ * looks again within GLUE_APP_POLL_MAX_MS of that if none comes (an
+ * unasked WRITE after the last answer may wait that long). Between
+ * looks the thread yields the CPU
+ * (sched_yield: back at once when no other thread wants it).
+ *
+ * The cost is the posting thread's time: ibv_post_send returns after
+ * the answer instead of at once, up to twice the answer time. A program
+ * that does other work between its post and its look at memory loses
+ * that much of it (WISP_POST_POLL=off). TLS connections never wait
+ * (their receive side is another path).
+ */
+
+int glue_post_poll_parse(const char *s, unsigned *us)
+{
+	unsigned long v;
+	int r = parse_switch_num(s, GLUE_POST_POLL_ON_US, 1,
+				 GLUE_POST_POLL_MAX_US, &v);
+
+	if (!r)
+		*us = (unsigned)v;
+	return r;
+}
+
+static int post_poll_setting(unsigned *us)
+{
+	const char *env = getenv("WISP_POST_POLL");
+
+	if (!glue_post_poll_parse(env ? env : "on", us))
+		return 0;
+	fprintf(stderr, "wisp: WISP_POST_POLL=\"%s\" is not valid; accepted "
+		"values: on, off, 1 .. %u (microseconds)\n", env,
+		GLUE_POST_POLL_MAX_US);
+	return -EINVAL;
+}
+
+void glue_answer_init(struct glue_answer *a, int64_t max_ns)
+{
+	atomic_init(&a->post_ns, 0);
+	atomic_init(&a->srtt_ns, 0);
+	atomic_init(&a->streak, 0);
+	a->max_ns = max_ns;
+}
+
+int64_t glue_answer_post(struct glue_answer *a, int64_t now, bool lone)
+{
+	int64_t w;
+
+	if (!a->max_ns)
+		return 0;
+	if (!lone) {
+		/* Stores only when they change something: in a stream every
+		 * post comes here. */
+		if (atomic_load_explicit(&a->post_ns, memory_order_relaxed))
+			atomic_store(&a->post_ns, 0);
+		if (atomic_load_explicit(&a->streak, memory_order_relaxed))
+			atomic_store(&a->streak, 0);
+		return 0;
+	}
+	if (atomic_exchange(&a->post_ns, now)) {
+		/* The one before is still unanswered: a stream. */
+		if (atomic_load_explicit(&a->streak, memory_order_relaxed))
+			atomic_store(&a->streak, 0);
+		return 0;
+	}
+	if (atomic_load(&a->streak) < GLUE_ANSWER_STREAK)
+		return 0;
+	w = 2 * atomic_load_explicit(&a->srtt_ns, memory_order_relaxed);
+	if (w < GLUE_ANSWER_MIN_NS)
+		w = GLUE_ANSWER_MIN_NS;
+	return w < a->max_ns ? w : a->max_ns;
+}
+
+bool glue_answer_waiting(const struct glue_answer *a)
+{
+	return atomic_load_explicit(&a->post_ns, memory_order_relaxed) != 0;
+}
+
+void glue_answer_rx(struct glue_answer *a, int64_t now, int flags)
+{
+	int64_t post = atomic_exchange(&a->post_ns, 0), rtt, srtt;
+	int n;
+
+	if (!post)
+		return;
+	rtt = now - post;
+	if ((flags & GLUE_RX_COMPLETED) || rtt < 0 || rtt > a->max_ns) {
+		atomic_store(&a->streak, 0);
+		return;
+	}
+	/* One writer at a time: receives are serialised by rx_lock. */
+	srtt = atomic_load_explicit(&a->srtt_ns, memory_order_relaxed);
+	srtt = srtt ? srtt + (rtt - srtt) / 8 : rtt;
+	atomic_store_explicit(&a->srtt_ns, srtt, memory_order_relaxed);
+	n = atomic_load(&a->streak);
+	if (n < GLUE_ANSWER_STREAK)
+		atomic_store(&a->streak, n + 1);
+}
+
+void glue_answer_miss(struct glue_answer *a)
+{
+	/* The post stays unanswered: a late answer still tells the time
+	 * (a longer wait once the streak is back). */
+	atomic_store(&a->streak, 0);
+}
+
 static bool within_poll_ms(const _Atomic int64_t *at)
 {
 	return now_ms() - atomic_load_explicit(at, memory_order_relaxed) <
@@ -523,10 +661,11 @@ static bool within_poll_ms(const _Atomic int64_t *at)
 }
 
 /* A thread received on c itself within GLUE_APP_POLL_MS
- * (glue_conn_recv_now; 0 after glue_conn_release). */
+ * (glue_conn_recv_now, or a posting thread waiting for its answer; 0
+ * after glue_conn_release). */
 static bool app_polls(const struct glue_conn *c)
 {
-	return within_poll_ms(&c->app_rx_ms);
+	return within_poll_ms(&c->app_rx_ms) || within_poll_ms(&c->post_rx_ms);
 }
 
 /* TLS: a polling thread sent for c within GLUE_APP_POLL_MS. */
@@ -1204,6 +1343,7 @@ void glue_conn_release(struct glue_conn *c)
 
 	cork_push(c);
 	sent = atomic_exchange(&c->app_tx_ms, 0) != 0;
+	sent |= atomic_exchange(&c->post_rx_ms, 0) != 0;
 	if (!atomic_exchange(&c->app_rx_ms, 0) && !sent)
 		return;           /* the engine was not staying off it */
 	atomic_store(&c->rx_more, true);
@@ -1325,6 +1465,11 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 		 * drains for itself, a polling thread for its CQ: who is
 		 * at it is known without a look at the thread's TLS. */
 		glue_stat_rx(c, r, err, !poller);
+		if (r > 0) {
+			c->rx_partial = done & GLUE_RX_PARTIAL;
+			if (glue_answer_waiting(&c->ans))
+				glue_answer_rx(&c->ans, now_ns(), done);
+		}
 		errno = err;
 		if (r > 0) {
 			*got = true;
@@ -1447,17 +1592,93 @@ void glue_tx_unlock(struct glue_conn *c)
 		ready_kick(c);    /* the engine left: it looks again now */
 }
 
+/* The engine stays off c's socket for a posting thread that waited for
+ * an answer (post_rx_ms): hand it back now, as glue_conn_release does,
+ * so that what comes next is not left unread. */
+static void answer_release(struct glue_conn *c)
+{
+	if (!atomic_load_explicit(&c->post_rx_ms, memory_order_relaxed) ||
+	    !atomic_exchange(&c->post_rx_ms, 0))
+		return;
+	atomic_store(&c->rx_more, true);
+	ready_kick(c);
+}
+
+/*
+ * The posting thread waits for the answer to its post, which ended at
+ * post, until post + wait ("Waiting for the answer" above). No lock is
+ * held between looks; each look is rx_drain as a poller, under rx_lock.
+ */
+static void answer_wait(struct glue_conn *c, int64_t post, int64_t wait)
+{
+	int64_t end = post + wait;
+	bool hit = false, mine = false;
+
+	for (;;) {
+		atomic_store_explicit(&c->post_rx_ms, now_ms(),
+				      memory_order_relaxed);
+		/* Taken by another thread (the engine, woken by a readiness
+		 * wait armed before), or another post came. */
+		if (!mine && atomic_load(&c->ans.post_ns) != post)
+			break;
+		if (!pthread_mutex_trylock(&c->rx_lock)) {
+			bool got = false, partial;
+			int r;
+
+			if (conn_stopped(c)) {
+				pthread_mutex_unlock(&c->rx_lock);
+				break;
+			}
+			r = rx_drain(c, 8, &got, true);
+			partial = c->rx_partial;
+			pthread_mutex_unlock(&c->rx_lock);
+			if (r <= 0 || atomic_load(&c->close_req))
+				break;    /* an end, a close or more: the engine's */
+			/* What arrived may call for sending (a Read Response,
+			 * a Terminate), as after glue_conn_recv_now. */
+			if (got && atomic_load(&c->tx_more)) {
+				glue_conn_send_now(c);
+				if (atomic_load(&c->tx_more))
+					ready_kick(c);
+			}
+			mine |= got;
+			if (mine && !partial) {
+				hit = true;
+				break;
+			}
+		}
+		if (now_ns() >= end)
+			break;
+		sched_yield();
+	}
+	glue_stat_post_wait(c, hit);
+	if (hit)
+		return;           /* the next post waits again */
+	if (!mine && atomic_load(&c->ans.post_ns) == post)
+		glue_answer_miss(&c->ans);
+	/* Whatever is left (the answer, the rest of a message, an end) is
+	 * the engine's again, now. */
+	answer_release(c);
+}
+
 /* A direct send on the calling thread (glue_conn_send_now); post: the
- * thread has just posted, and a burst of posts corks. */
+ * thread has just posted, and a burst of posts corks; it may then wait
+ * for the answer (answer_wait). */
 static bool send_direct(struct glue_conn *c, bool post)
 {
 	ssize_t n;
 	int niov, err, close = 0;
+	int64_t post_end = 0, wait = 0;
 	bool sent = false, more = false, cork = false;
 
 	/* Busy: the engine is at it and will see the kick. */
-	if (pthread_mutex_trylock(&c->tx_lock))
+	if (pthread_mutex_trylock(&c->tx_lock)) {
+		if (post) {
+			glue_answer_post(&c->ans, 0, false);
+			answer_release(c);
+		}
 		return false;
+	}
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
 	/* What tx_fill has is taken now; more is set again below if any
@@ -1498,13 +1719,26 @@ static bool send_direct(struct glue_conn *c, bool post)
 	if (close)
 		atomic_store(&c->close_req, true);
 	more = n < 0 || close || c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0;
+	/* A lone post: it went whole, nothing queued behind it. */
+	if (post && c->ans.max_ns && sent && !more && !cork) {
+		post_end = now_ns();
+		wait = glue_answer_post(&c->ans, post_end, true);
+	}
 out:
+	if (post && !post_end)
+		glue_answer_post(&c->ans, 0, false);
 	glue_tx_unlock(c);
 	if (more) {
 		atomic_store(&c->tx_more, true);
 		if (!tx_left_to_poller(c))
 			ready_kick(c);
 	}
+	/* Never on the engine thread (a post from one of its callbacks):
+	 * it would spin instead of serving every other connection. */
+	if (wait && !glue_on_engine(c->e))
+		answer_wait(c, post_end, wait);
+	else if (post)
+		answer_release(c);  /* no wait: nobody else receives */
 	return sent;
 }
 
@@ -2000,7 +2234,7 @@ static int pick_kind(enum glue_kind *kind)
 struct glue_engine *glue_engine_create(enum glue_kind kind)
 {
 	struct glue_engine *e;
-	unsigned bp_us, cork_us = 0;
+	unsigned bp_us, cork_us = 0, pp_us = 0;
 	size_t zc_min = 0;
 	int ret;
 
@@ -2011,6 +2245,8 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 		ret = send_zc_setting(&zc_min);
 	if (!ret)
 		ret = send_cork_setting(&cork_us);
+	if (!ret)
+		ret = post_poll_setting(&pp_us);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
@@ -2030,6 +2266,7 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	e->bp_woke_after_ns = -1;
 	e->zc_min = zc_min;
 	e->cork_gap_ns = (int64_t)cork_us * 1000;
+	e->post_poll_ns = (int64_t)pp_us * 1000;
 	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
 	ret = e->be->init(e);
 	if (ret && kind == GLUE_AUTO) {
@@ -2159,6 +2396,8 @@ struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
 	atomic_init(&c->tx_deferred, false);
 	atomic_init(&c->st, &c->own_st);
 	c->cork_ok = e->cork_gap_ns > 0 && !c->tls_on;
+	glue_answer_init(&c->ans, c->tls_on ? 0 : e->post_poll_ns);
+	atomic_init(&c->post_rx_ms, 0);
 	atomic_init(&c->corked, false);
 	atomic_init(&c->cork_listed, false);
 	pthread_mutex_init(&c->rx_lock, NULL);

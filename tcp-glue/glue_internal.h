@@ -81,6 +81,13 @@ struct glue_conn {
 	atomic_bool close_req;    /* the owner asked for a graceful close */
 	atomic_int rx_end;        /* 0, -1 end of stream, or an errno */
 	_Atomic int64_t app_rx_ms; /* last glue_conn_recv_now() call */
+	/* Waiting for the answer (glue_engine.c): the ping-pong detector,
+	 * the last time a posting thread received while it waited (the
+	 * engine stays off the socket as from a poller's app_rx_ms), and
+	 * whether the last receive left a message half read (rx_lock). */
+	struct glue_answer ans;
+	_Atomic int64_t post_rx_ms;
+	bool rx_partial;
 	/* TLS: last time a polling thread sent for c (glue_conn_recv_now,
 	 * glue_conn_polled, glue_conn_send_poll): the engine leaves c's
 	 * sends to it meanwhile (glue_engine.c "TLS"). */
@@ -180,6 +187,9 @@ void glue_stat_tx_eagain(struct glue_conn *c);
 void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
 /* The busy-polling engine found c readable. */
 void glue_stat_busy_hit(struct glue_conn *c);
+/* A posting thread waited for its post's answer; hit: it received all
+ * of it. */
+void glue_stat_post_wait(struct glue_conn *c, bool hit);
 /* A posting thread sent with MSG_MORE; a held tail was pushed (engine:
  * by the engine's backstop). */
 void glue_stat_tx_corked(struct glue_conn *c);
@@ -273,6 +283,8 @@ struct glue_engine {
 	 * thread), and whether that look is due (a posting thread that
 	 * lists a connection wakes the engine only when it is not). */
 	int64_t cork_gap_ns;
+	/* WISP_POST_POLL in ns (0: off). */
+	int64_t post_poll_ns;
 	_Atomic(struct glue_conn *) cork_new;
 	struct glue_conn *cork_list;
 	int64_t cork_at;

@@ -162,6 +162,17 @@ void glue_stat_busy_hit(struct glue_conn *c)
 				  memory_order_relaxed);
 }
 
+void glue_stat_post_wait(struct glue_conn *c, bool hit)
+{
+	struct glue_conn_stats *st = stats(c);
+
+	/* Outside either lock: the posting thread waits with none. */
+	atomic_fetch_add_explicit(&st->rx_post_waits, 1, memory_order_relaxed);
+	if (hit)
+		atomic_fetch_add_explicit(&st->rx_post_hits, 1,
+					  memory_order_relaxed);
+}
+
 void glue_stat_tx_corked(struct glue_conn *c)
 {
 	ADD(stats(c)->tx_corked, 1);

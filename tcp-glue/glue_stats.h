@@ -38,6 +38,9 @@ struct glue_conn_stats {
 					* again), by any thread */
 	_Atomic uint64_t tx_push_engine; /* of those, by the engine's
 					  * backstop */
+	/* Waiting for the answer (WISP_POST_POLL, glue_engine.c). */
+	_Atomic uint64_t rx_post_waits; /* a posting thread waited */
+	_Atomic uint64_t rx_post_hits;  /* it received the whole answer */
 };
 
 /*

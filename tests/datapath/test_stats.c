@@ -689,3 +689,192 @@ Test(stats, cm_events, .timeout = 90)
 		     "rping to nobody: see %s/u.err", dir);
 	stats_dir_rm();
 }
+
+/*
+ * WISP_POST_POLL: in a WRITE ping-pong whose threads watch memory (as
+ * ib_write_lat's do), the posting thread receives the peer's WRITE
+ * itself, so that it is in place when ibv_post_send returns, counted in
+ * sock_rx_post_hits. In a SEND ping-pong (answers complete receives) no
+ * post ever waits: sock_rx_post_waits stays 0. Whether a given round
+ * trip comes within the wait depends on the machine: the WRITE case
+ * runs rounds until one shows it, within PP_SECONDS; without the
+ * feature none ever does.
+ */
+#define PP_ROUNDS  500
+#define PP_SECONDS 40
+
+struct pp_side {
+	struct ibv_qp *qp;
+	struct ibv_cq *rcq;
+	struct ibv_mr *mr;
+	uint8_t *buf;             /* [0, 8): what the peer writes; [8, 16):
+				   * what this side sends */
+	uint64_t raddr;
+	uint32_t rkey;
+	long first, n;            /* round trips: numbers first .. n */
+	long placed;              /* answers in place when the post returned */
+	bool send;                /* SEND ping-pong (else WRITE) */
+};
+
+static uint64_t pp_word(const uint8_t *p)
+{
+	return __atomic_load_n((const uint64_t *)(const void *)p,
+			       __ATOMIC_ACQUIRE);
+}
+
+/* Post the number i from buf[8..16): an unsignaled WRITE into the
+ * peer's word, or a SEND; true if the peer's answer (i) was already in
+ * place when the post returned. */
+static bool pp_post(struct pp_side *s, uint64_t i)
+{
+	struct ibv_sge sge = { (uintptr_t)(s->buf + 8), 8, s->mr->lkey };
+	struct ibv_send_wr w = {
+		.sg_list = &sge, .num_sge = 1,
+		.opcode = s->send ? IBV_WR_SEND : IBV_WR_RDMA_WRITE,
+		.wr.rdma = { .remote_addr = s->raddr, .rkey = s->rkey },
+	};
+	struct ibv_send_wr *bad;
+
+	memcpy(s->buf + 8, &i, 8);
+	cr_assert_eq(ibv_post_send(s->qp, &w, &bad), 0);
+	return !s->send && pp_word(s->buf) == i;
+}
+
+/* Wait (bounded) for the peer's i: in memory, or as a receive. */
+static void pp_wait(struct pp_side *s, uint64_t i)
+{
+	int64_t end = dp_now_ms() + DP_TIMEOUT_MS;
+	struct ibv_wc wc;
+
+	if (s->send) {
+		cr_assert_eq(dp_poll(s->rcq, &wc, 1), 1);
+		cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+		cr_assert_eq(pp_word(s->buf), i);
+		post_recv(s->qp, s->mr, s->buf, 8, i);
+		return;
+	}
+	while (pp_word(s->buf) != i) {
+		cr_assert_lt(dp_now_ms(), end, "no answer %llu",
+			     (unsigned long long)i);
+		sched_yield();
+	}
+}
+
+/* b: answer each of a's numbers with the same number. */
+static void *pp_echo(void *arg)
+{
+	struct pp_side *s = arg;
+
+	for (long i = s->first; i <= s->n; i++) {
+		pp_wait(s, (uint64_t)i);
+		pp_post(s, (uint64_t)i);
+	}
+	return NULL;
+}
+
+static void pp_setup(struct dp_pair *p, struct pp_side *a, struct pp_side *b,
+		     bool send)
+{
+	struct pp_side *s[2] = { a, b };
+	struct dp_side *d[2] = { &p->a, &p->b };
+
+	for (int k = 0; k < 2; k++) {
+		memset(s[k], 0, sizeof(*s[k]));
+		s[k]->qp = d[k]->qp;
+		s[k]->rcq = d[k]->rcq;
+		s[k]->mr = dp_mr(d[k]->pd, 16, DP_ALL_ACCESS, &s[k]->buf);
+		memset(s[k]->buf, 0, 16);
+		s[k]->send = send;
+		if (send)
+			post_recv(s[k]->qp, s[k]->mr, s[k]->buf, 8, 0);
+	}
+	a->raddr = (uintptr_t)b->buf;
+	a->rkey = b->mr->rkey;
+	b->raddr = (uintptr_t)a->buf;
+	b->rkey = a->mr->rkey;
+}
+
+/* One round of PP_ROUNDS round trips from a, numbered from first. */
+static void pp_round(struct pp_side *a, struct pp_side *b, long first)
+{
+	pthread_t t;
+
+	a->first = b->first = first;
+	a->n = b->n = first + PP_ROUNDS - 1;
+	cr_assert_eq(pthread_create(&t, NULL, pp_echo, b), 0);
+	for (long i = first; i <= a->n; i++) {
+		if (pp_post(a, (uint64_t)i))
+			a->placed++;
+		pp_wait(a, (uint64_t)i);
+	}
+	cr_assert_eq(pthread_join(t, NULL), 0);
+}
+
+Test(stats, write_ping_pong_answer_placed_by_the_poster, .timeout = 120)
+{
+	const struct wisp_stats_counts *ca, *cb;
+	const struct wisp_stats_file *f;
+	struct pp_side a, b;
+	struct dp_pair p;
+	long first = 1;
+	int64_t end;
+
+	/* The largest bound, so that a loaded machine still shows it. */
+	cr_assert_eq(setenv("WISP_POST_POLL", "10000", 1), 0);
+	stats_dir();
+	dp_setup(&p, &defaults);
+	f = own_file();
+	ca = qp_counts(f, p.a.qp);
+	cb = qp_counts(f, p.b.qp);
+	pp_setup(&p, &a, &b, false);
+	/* A post may also return late enough (the thread descheduled) to
+	 * find an answer the engine placed: what counts is the posting
+	 * thread's own receive of a whole answer, sock_rx_post_hits. */
+	for (end = dp_now_ms() + PP_SECONDS * 1000;
+	     !(a.placed && V(ca, sock.rx_post_hits)) && dp_now_ms() < end;
+	     first += PP_ROUNDS)
+		pp_round(&a, &b, first);
+	cr_assert_gt(V(ca, sock.rx_post_hits), 0, "%ld round trips, none "
+		     "whose answer a's posting thread received", first - 1);
+	cr_assert_gt(a.placed, 0);
+	cr_assert_geq(V(ca, sock.rx_post_waits), V(ca, sock.rx_post_hits));
+	cr_assert_geq(V(ca, sock.rx_direct), V(ca, sock.rx_post_hits));
+	cr_assert_geq(V(cb, sock.rx_post_waits), V(cb, sock.rx_post_hits));
+	cr_assert_eq(V(ca, core.flushed) + V(cb, core.flushed), 0);
+	ibv_dereg_mr(a.mr);
+	ibv_dereg_mr(b.mr);
+	free(a.buf);
+	free(b.buf);
+	dp_teardown(&p, &defaults);
+	unsetenv("WISP_POST_POLL");
+	stats_dir_rm();
+}
+
+Test(stats, send_ping_pong_never_waits, .timeout = 120)
+{
+	const struct wisp_stats_counts *ca, *cb;
+	const struct wisp_stats_file *f;
+	struct pp_side a, b;
+	struct dp_pair p;
+
+	cr_assert_eq(setenv("WISP_POST_POLL", "10000", 1), 0);
+	stats_dir();
+	dp_setup(&p, &defaults);
+	f = own_file();
+	ca = qp_counts(f, p.a.qp);
+	cb = qp_counts(f, p.b.qp);
+	pp_setup(&p, &a, &b, true);
+	pp_round(&a, &b, 1);
+	cr_assert_eq(V(ca, sock.rx_post_waits), 0,
+		     "a SEND ping-pong's post waited for its answer");
+	cr_assert_eq(V(cb, sock.rx_post_waits), 0);
+	cr_assert_eq(V(ca, core.rx_msgs[0x3]), PP_ROUNDS);
+	cr_assert_eq(V(cb, core.rx_msgs[0x3]), PP_ROUNDS);
+	ibv_dereg_mr(a.mr);
+	ibv_dereg_mr(b.mr);
+	free(a.buf);
+	free(b.buf);
+	dp_teardown(&p, &defaults);
+	unsetenv("WISP_POST_POLL");
+	stats_dir_rm();
+}

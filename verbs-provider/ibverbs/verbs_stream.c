@@ -41,13 +41,30 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
+/* How many completions the QP's CQs have taken so far (a sum that
+ * changes when either gets one; another QP's count too). */
+static uint32_t cq_tails(const struct wisp_qp *qp)
+{
+	return atomic_load_explicit(&qp->scq->tail, memory_order_relaxed) +
+	       atomic_load_explicit(&qp->rcq->tail, memory_order_relaxed);
+}
+
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
 	int ret = 0;
 
-	if (n)
+	if (n) {
+		/* Say whether it completed work: a posting thread waits for
+		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
+		 * A completion of another QP on a shared CQ meanwhile says
+		 * so too: at worst one wait less. */
+		uint32_t tails = cq_tails(qp);
+
 		ret = rdmap_qp_rx_done(qp->core, n);
+		if (cq_tails(qp) != tails)
+			ret |= GLUE_RX_COMPLETED;
+	}
 	pthread_mutex_unlock(&qp->core_lock);
 	return ret;
 }
@@ -119,7 +136,10 @@ static void s_ended(void *arg, int reason)
 		fn(&qp->base.qp, reason, fn_arg);
 }
 
-_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND,
+_Static_assert(RDMAP_RX_CLOSE == GLUE_RX_CLOSE && RDMAP_RX_SEND == GLUE_RX_SEND &&
+	       RDMAP_RX_PARTIAL == GLUE_RX_PARTIAL &&
+	       !(GLUE_RX_COMPLETED & (RDMAP_RX_CLOSE | RDMAP_RX_SEND |
+				      RDMAP_RX_PARTIAL)),
 	       "rx_done flags pass through unchanged");
 
 static const struct glue_conn_ops stream_ops = {
