@@ -2198,6 +2198,17 @@ static void keep_best(struct meas *best, const struct meas *m,
 		*best = *m;
 }
 
+/* Each run's own figure on stderr (the table keeps only the best), so a
+ * run that landed apart from its repeats shows. */
+static void say_run(enum test_id t, const struct meas *m)
+{
+	if (is_lat(t))
+		fprintf(stderr, "    median %.2f us, p99 %.2f us\n", m->value,
+			m->p99);
+	else
+		fprintf(stderr, "    %.2f Gbit/s\n", m->value);
+}
+
 static void run_wisp(struct pair *p, const struct cfg *c, int e,
 		     enum test_id t, struct results *r)
 {
@@ -2227,6 +2238,7 @@ static void run_wisp(struct pair *p, const struct cfg *c, int e,
 	default:
 		die("no such test %d", t);
 	}
+	say_run(t, m);
 	if (c->threads)
 		thr_report(before, nb, c0, (double)(now_ns() - t0) / 1e9);
 	keep_best(&r->wisp[e][t], &run, t);
@@ -2272,12 +2284,14 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	case T_SEND_LAT:
 	case T_WRITE_LAT:
 		tcp_lat(c, POLL_EVENT, &run);
+		say_run(t, &run);
 		if (c->lat_poll != POLL_EVENT) {
 			struct meas polled = { 0 };
 
 			fprintf(stderr, "  raw TCP        %s, polled ...\n",
 				tests[t].title);
 			tcp_lat(c, c->lat_poll, &polled);
+			say_run(t, &polled);
 			keep_best(&r->tcp_polled[t], &polled, t);
 		}
 		if (t != T_WRITE_LAT)
@@ -2297,6 +2311,8 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	default:
 		die("no such test %d", t);
 	}
+	if (!is_lat(t))
+		say_run(t, &run);
 	if (c->threads)
 		thr_report(before, nb, c0, (double)(now_ns() - t0) / 1e9);
 	keep_best(&r->tcp[t], &run, t);
