@@ -14,7 +14,10 @@
 # third-party peer gets them), loopback-busy.csv and mtu1500-busy.csv
 # (WRITE 64 KiB beside a CPU-bound busy loop), connrate.txt, soak.txt
 # (resident memory per idle QP, 1,000 connected QPs: tests/fault/
-# run-soak.sh), the programs' output (*.log), goals.md and goals.png.
+# run-soak.sh), the programs' output (*.log; every repeat's figure of
+# each wisp_bench run in *.runs, where a SEND ratio that compares two
+# scheduling levels shows: docs/benchmarks.md, "Which level a run lands
+# on"), goals.md and goals.png.
 # Environment: WISP_BUILD_DIR (a Release build, default build/release;
 # built if its binaries are missing), GOALS_REPEAT (default 3: best of
 # three, wisp and TCP alternating), GOALS_SECONDS (default 2),
@@ -61,8 +64,10 @@ run() { # NAME CSV ARGS...: one wisp_bench run, its output kept
 	local name=$1 csv=$2
 	shift 2
 	echo "goals: $name (load $(cut -d' ' -f1 /proc/loadavg))"
-	"${bench[@]}" --csv "$out/$csv" "$@" >"$out/$name.log" ||
-		die "$name failed: see $out/$name.log"
+	# stderr (each run's figure as it ends) to the terminal and NAME.runs
+	"${bench[@]}" --csv "$out/$csv" "$@" >"$out/$name.log" \
+		2> >(tee "$out/$name.runs" >&2) ||
+		die "$name failed: see $out/$name.log and $out/$name.runs"
 }
 
 run loopback-crc loopback.csv --crc

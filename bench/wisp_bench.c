@@ -84,6 +84,13 @@ static const char *const poll_name[] = {
 	[POLL_EVENT] = "event",
 };
 
+/* The CSV's poll column of the ping-pongs with --pin. */
+static const char *const pin_poll_name[] = {
+	[POLL_BUSY] = "busy+pin",
+	[POLL_YIELD] = "yield+pin",
+	[POLL_EVENT] = "event+pin",
+};
+
 /* How the memory-polling TCP baseline's reader threads wait
  * (tcp_mem_lat). */
 enum mem_reader { MEM_RECV, MEM_URING, MEM_SPIN, MEM_READERS };
@@ -140,6 +147,8 @@ struct cfg {
 	bool crc, one_engine, tcp;
 	bool tcp_nodelay;         /* --tcp-nodelay: WRITE baselines too */
 	bool threads;             /* --threads: CPU per thread per run */
+	bool pin;                 /* --pin: a polled ping-pong's two threads
+				   * on two CPUs of their own */
 	unsigned int background;  /* --background N busy loops */
 	double load;              /* 1-minute load average at the start */
 	enum poll_mode bw_poll, lat_poll;
@@ -751,15 +760,61 @@ static void recv_polled(int fd, void *buf, size_t len, enum poll_mode mode)
 	}
 }
 
+/*
+ * --pin: the two threads of a polled ping-pong (wisp's SEND and WRITE
+ * ping-pongs, TCP's polled one) each on a CPU of its own, the same two
+ * for wisp and for TCP: the first two CPUs the process may use, the
+ * measuring thread on the first, the echo thread on the second. Without
+ * it the scheduler places them, and on two vCPUs it now and then leaves
+ * both spinning on one (docs/benchmarks.md, "Which level a run lands
+ * on"). The engines and TCP's blocking ping-pong are left alone.
+ */
+static cpu_set_t own_cpus;        /* the process's CPUs at the start */
+static int pin_cpu[2] = { -1, -1 };
+
+static void pin_setup(void)
+{
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(own_cpus), &own_cpus))
+		die("sched_getaffinity: %s", strerror(errno));
+	for (int i = 0; i < CPU_SETSIZE && n < 2; i++)
+		if (CPU_ISSET(i, &own_cpus))
+			pin_cpu[n++] = i;
+	if (n < 2)
+		die("--pin needs two CPUs, the process may use %d", n);
+}
+
+/* The calling thread onto ping-pong CPU which (0: measuring, 1: echo), or
+ * back onto every CPU of the process (which < 0). */
+static void pin_self(int which)
+{
+	cpu_set_t one;
+	const cpu_set_t *set = &own_cpus;
+	int r;
+
+	if (which >= 0) {
+		CPU_ZERO(&one);
+		CPU_SET(pin_cpu[which], &one);
+		set = &one;
+	}
+	r = pthread_setaffinity_np(pthread_self(), sizeof(*set), set);
+	if (r)
+		die("pthread_setaffinity_np: %s", strerror(r));
+}
+
 struct tcp_echo_args {
 	int fd;
 	enum poll_mode mode;
+	bool pin;
 };
 
 static void *tcp_echo(void *arg)
 {
 	const struct tcp_echo_args *a = arg;
 
+	if (a->pin)
+		pin_self(1);
 	for (;;) {
 		uint64_t v;
 
@@ -775,7 +830,8 @@ static void tcp_lat(const struct cfg *c, enum poll_mode mode, struct meas *m)
 {
 	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
 	uint64_t stop = STOP_WORD, t;
-	struct tcp_echo_args echo = { .mode = mode };
+	struct tcp_echo_args echo = { .mode = mode,
+				      .pin = c->pin && mode != POLL_EVENT };
 	struct lat_clock k;
 	pthread_t th;
 	double c0;
@@ -784,6 +840,8 @@ static void tcp_lat(const struct cfg *c, enum poll_mode mode, struct meas *m)
 	if (!rtt)
 		die("out of memory");
 	tcp_pair(&cli, &echo.fd, true);
+	if (echo.pin)
+		pin_self(0);
 	if (pthread_create(&th, NULL, tcp_echo, &echo))
 		die("pthread_create failed");
 	c0 = cpu_s();
@@ -801,6 +859,8 @@ static void tcp_lat(const struct cfg *c, enum poll_mode mode, struct meas *m)
 	m->cpu = (cpu_s() - c0) / ((double)(now_ns() - k.t0) / 1e9);
 	send_all(cli, &stop, sizeof(stop));
 	pthread_join(th, NULL);
+	if (echo.pin)
+		pin_self(-1);
 	lat_stats(rtt, k.n, m);
 	close(cli);
 	close(echo.fd);
@@ -1452,12 +1512,15 @@ static void reap_sends(struct side *s)
 struct echo_args {
 	struct side *s;
 	enum poll_mode mode;
+	bool pin;
 };
 
 static void *wisp_echo(void *arg)
 {
 	struct echo_args *e = arg;
 
+	if (e->pin)
+		pin_self(1);
 	for (uint64_t i = 0;; i++) {
 		uint64_t v = recv8(e->s, e->mode, "ping-pong echo");
 
@@ -1470,7 +1533,8 @@ static void *wisp_echo(void *arg)
 
 static void wisp_lat(struct pair *p, const struct cfg *c, struct meas *m)
 {
-	struct echo_args echo = { &p->b, c->lat_poll };
+	struct echo_args echo = { &p->b, c->lat_poll,
+				  c->pin && c->lat_poll != POLL_EVENT };
 	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
 	struct lat_clock k;
 	struct ibv_wc wc;
@@ -1480,6 +1544,8 @@ static void wisp_lat(struct pair *p, const struct cfg *c, struct meas *m)
 
 	if (!rtt)
 		die("out of memory");
+	if (echo.pin)
+		pin_self(0);
 	if (pthread_create(&th, NULL, wisp_echo, &echo))
 		die("pthread_create failed");
 	c0 = cpu_s();
@@ -1499,6 +1565,8 @@ static void wisp_lat(struct pair *p, const struct cfg *c, struct meas *m)
 	/* Signaled, so the SQ is empty when the next run starts. */
 	post_send8(&p->a, STOP_WORD, true);
 	pthread_join(th, NULL);
+	if (echo.pin)
+		pin_self(-1);
 	do {
 		bcq_wait(&p->a.scq, &wc, 1, c->lat_poll, "ping-pong: last SEND");
 	} while (wc.wr_id != STOP_WORD);
@@ -1577,12 +1645,15 @@ struct wecho_args {
 	struct side *s;
 	const struct side *peer;
 	enum poll_mode mode;
+	bool pin;
 };
 
 static void *wisp_write_echo(void *arg)
 {
 	struct wecho_args *e = arg;
 
+	if (e->pin)
+		pin_self(1);
 	for (uint64_t i = 0;; i++) {
 		uint64_t v = mem_wait(e->s->buf, i + 1, e->mode,
 				      "WRITE ping-pong echo");
@@ -1598,7 +1669,8 @@ static void *wisp_write_echo(void *arg)
 static void wisp_write_lat(struct pair *p, const struct cfg *c,
 			   struct meas *m)
 {
-	struct wecho_args echo = { &p->b, &p->a, c->lat_poll };
+	/* The WRITE ping-pong always polls memory (event yields too). */
+	struct wecho_args echo = { &p->b, &p->a, c->lat_poll, c->pin };
 	uint64_t *rtt = calloc(c->iters, sizeof(*rtt));
 	struct lat_clock k;
 	struct ibv_wc wc;
@@ -1612,6 +1684,8 @@ static void wisp_write_lat(struct pair *p, const struct cfg *c,
 	 * placed before its echo thread ended. */
 	memset(p->a.buf, 0, 8);
 	memset(p->b.buf, 0, 8);
+	if (echo.pin)
+		pin_self(0);
 	if (pthread_create(&th, NULL, wisp_write_echo, &echo))
 		die("pthread_create failed");
 	c0 = cpu_s();
@@ -1631,6 +1705,8 @@ static void wisp_write_lat(struct pair *p, const struct cfg *c,
 	m->cpu = (cpu_s() - c0) / ((double)(now_ns() - k.t0) / 1e9);
 	post_write8(&p->a, &p->b, STOP_WORD, true);
 	pthread_join(th, NULL);
+	if (echo.pin)
+		pin_self(-1);
 	do {
 		bcq_wait(&p->a.scq, &wc, 1, c->lat_poll,
 			 "WRITE ping-pong: last WRITE");
@@ -1806,7 +1882,8 @@ static void csv_row(FILE *f, const char *run, const char *host,
 		is_lat(t) ? 1 : c->window, unit, w, tv,
 		tv > 0 ? w / tv : 0.0, wm->count, tm->count, wm->cpu, tm->cpu,
 		c->seconds, c->repeat,
-		poll_name[is_lat(t) ? c->lat_poll : c->bw_poll],
+		is_lat(t) ? (c->pin ? pin_poll_name[c->lat_poll] :
+			     poll_name[c->lat_poll]) : poll_name[c->bw_poll],
 		c->one_engine ? 1 : 2, c->load, WISP_BENCH_BUILD_TYPE);
 }
 
@@ -1935,6 +2012,9 @@ static void usage(FILE *f)
 "  --background N  run N CPU-bound busy loops (child processes at normal\n"
 "                  priority) for the whole run, wisp and TCP alike, 0..%u\n"
 "  --threads       after each run, print the CPU each thread used\n"
+"  --pin           the two threads of each polled ping-pong (wisp's SEND\n"
+"                  and WRITE, TCP's polled) on two CPUs of their own, the\n"
+"                  same two for wisp and TCP (default: the scheduler's)\n"
 "  -h, --help      this text\n", MAX_WINDOW, MAX_BACKGROUND);
 }
 
@@ -2081,6 +2161,7 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 		{ "netns", required_argument, NULL, 'N' },
 		{ "background", required_argument, NULL, 'B' },
 		{ "threads", no_argument, NULL, 'H' },
+		{ "pin", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -2174,6 +2255,9 @@ static void parse_args(struct cfg *c, int argc, char **argv)
 		case 'H':
 			c->threads = true;
 			break;
+		case 'P':
+			c->pin = true;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -2196,6 +2280,17 @@ static void keep_best(struct meas *best, const struct meas *m,
 	if (!best->done || (is_lat(t) ? m->value < best->value :
 			    m->value > best->value))
 		*best = *m;
+}
+
+/* Each run's own figure on stderr (the table keeps only the best), so a
+ * run that landed apart from its repeats shows. */
+static void say_run(enum test_id t, const struct meas *m)
+{
+	if (is_lat(t))
+		fprintf(stderr, "    median %.2f us, p99 %.2f us\n", m->value,
+			m->p99);
+	else
+		fprintf(stderr, "    %.2f Gbit/s\n", m->value);
 }
 
 static void run_wisp(struct pair *p, const struct cfg *c, int e,
@@ -2227,6 +2322,7 @@ static void run_wisp(struct pair *p, const struct cfg *c, int e,
 	default:
 		die("no such test %d", t);
 	}
+	say_run(t, m);
 	if (c->threads)
 		thr_report(before, nb, c0, (double)(now_ns() - t0) / 1e9);
 	keep_best(&r->wisp[e][t], &run, t);
@@ -2272,12 +2368,14 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	case T_SEND_LAT:
 	case T_WRITE_LAT:
 		tcp_lat(c, POLL_EVENT, &run);
+		say_run(t, &run);
 		if (c->lat_poll != POLL_EVENT) {
 			struct meas polled = { 0 };
 
 			fprintf(stderr, "  raw TCP        %s, polled ...\n",
 				tests[t].title);
 			tcp_lat(c, c->lat_poll, &polled);
+			say_run(t, &polled);
 			keep_best(&r->tcp_polled[t], &polled, t);
 		}
 		if (t != T_WRITE_LAT)
@@ -2297,6 +2395,8 @@ static void run_tcp(const struct cfg *c, enum test_id t, struct results *r)
 	default:
 		die("no such test %d", t);
 	}
+	if (!is_lat(t))
+		say_run(t, &run);
 	if (c->threads)
 		thr_report(before, nb, c0, (double)(now_ns() - t0) / 1e9);
 	keep_best(&r->tcp[t], &run, t);
@@ -2327,6 +2427,8 @@ int main(int argc, char **argv)
 	char where[160];
 
 	parse_args(&c, argc, argv);
+	if (c.pin)
+		pin_setup();
 	c.load = loadavg();
 	strftime(run, sizeof(run), "%Y-%m-%dT%H:%M:%S", gmtime_r(&now, &tm));
 	if (link_cfg.srv_ns)
@@ -2347,6 +2449,9 @@ int main(int argc, char **argv)
 	       "one for both ends" : "one per end", poll_name[c.bw_poll],
 	       poll_name[c.lat_poll], sysconf(_SC_NPROCESSORS_ONLN), c.load,
 	       c.background, c.background == 1 ? "" : "s");
+	if (c.pin)
+		printf("polled ping-pongs pinned: measuring thread on CPU %d, "
+		       "echo thread on CPU %d\n", pin_cpu[0], pin_cpu[1]);
 	fflush(stdout);
 
 	/* Every pair up front, so that each test runs wisp and TCP back to
