@@ -351,6 +351,8 @@ static uint8_t send_opcode(const struct rdmap_send_wr *wr)
  * this one is framed. A hint: it reads nothing itself.
  */
 #define TX_PREFETCH_MIN  512
+#define TX_PREFETCH_MAX  8192     /* a large FPDU's CRC pass is a stream
+				   * the hardware prefetcher follows */
 #define TX_CACHE_LINE    64
 
 static void tx_prefetch_next(const struct tx_cur *c,
@@ -362,6 +364,8 @@ static void tx_prefetch_next(const struct tx_cur *c,
 
 	if (len < TX_PREFETCH_MIN || next >= wr->length)
 		return;
+	if (len > TX_PREFETCH_MAX)
+		len = TX_PREFETCH_MAX;
 	if (len > wr->length - next)
 		len = (uint32_t)(wr->length - next);
 	n = qp_slice(c->src, c->nsrc, next, len, nx);
