@@ -525,9 +525,9 @@ static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
 
 			/* qp->hdr keeps it for a Terminate; the parse
 			 * reads it where it arrived, as reading back the
-			 * copy just written would stall on the stores in
-			 * flight (measured: a fifth of the receive cost of
-			 * a one-segment FPDU). */
+			 * copy just written would wait for those stores
+			 * (once per FPDU: with one-segment FPDUs it
+			 * shows; docs/benchmarks.md). */
 			memcpy(qp->hdr, hdr, need);
 			qp->hdr_have = need;
 			rx_consume(in, need);

@@ -341,8 +341,6 @@ static uint8_t send_opcode(const struct rdmap_send_wr *wr)
 	return se ? RDMAP_OP_SEND_SE : RDMAP_OP_SEND;
 }
 
-/* Add segments of the active WR. Returns 1 while progress is made, 0
- * when blocked (no room, no ORD credit), <0 on error. */
 /*
  * With CRC on, mpa_fpdu_frame() reads each payload before the kernel
  * copies it; at one-segment FPDUs that read stalls on memory the
@@ -375,6 +373,8 @@ static void tx_prefetch_next(const struct tx_cur *c,
 					   0, 3);
 }
 
+/* Add segments of the active WR. Returns 1 while progress is made, 0
+ * when blocked (no room, no ORD credit), <0 on error. */
 static int tx_segment(struct rdmap_qp *qp)
 {
 	struct tx_cur *c = &qp->cur;
