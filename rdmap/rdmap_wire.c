@@ -301,8 +301,10 @@ int rdmap_hdr_parse(const uint8_t *buf, size_t len, struct rdmap_hdr *h,
 
 	if (!buf || !h || !fault)
 		return -EINVAL;
-	*fault = rdmap_fault_rdmap(RDMAP_ERR_NONE);
-	fault->term = 0;
+	/* No fault yet; built in place, not by rdmap_fault_rdmap(): this
+	 * runs once per FPDU received. */
+	*fault = (struct rdmap_fault){ .layer = RDMAP_LAYER_RDMAP,
+				       .code = RDMAP_ERR_NONE, .term = 0 };
 	h->rreq = (struct rdmap_read_req){ 0 };
 	h->inval_stag = 0;
 

@@ -211,6 +211,17 @@ def main():
         for cfg in (crc | 8, crc | 12):
             write(t, f"write-direct-cfg{cfg}", bytes([cfg]) +
                   fpdu_stream([big, tail, snd, big], crc, False))
+        # A WRITE cut into segments that do not end it, as one-segment
+        # FPDUs at MTU 1500 are (smaller, to fit MULPDU 1024): staged
+        # tagged payloads followed by more of the same message, up to
+        # the MR's end.
+        segs = [tagged(0, k == 3, 0x15A,
+                       0x10000 + 32 * 1024 - 4000 + 1000 * k) +
+                bytes((k * 7 + i) & 0xFF for i in range(1000))
+                for k in range(4)]
+        for cfg in (crc, crc | 8):
+            write(t, f"write-segments-cfg{cfg}", bytes([cfg]) +
+                  fpdu_stream(segs, crc, False))
 
     # fuzz_tls_open: scripts of operations (fuzz_tls_open.c says what
     # each octet means); the target seals the records itself with its
