@@ -317,6 +317,22 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		   struct mpa_fpdu_scratch *scr, struct iovec *out,
 		   int out_cap);
 
+/*
+ * Framing a small ULPDU in place, without gathering it from pieces
+ * first: mpa_fpdu_flat_ulpdu() returns where in scr->flat the ULPDU of
+ * an FPDU of ulpdu_len octets goes, or NULL unless that FPDU is laid
+ * out flat (no markers, at most MPA_FPDU_FLAT_MAX octets on the wire).
+ * The caller writes the ULPDU's ulpdu_len octets there, then
+ * mpa_fpdu_flat_finish() writes the length field, pad and CRC, sets
+ * *out to the whole FPDU (one iovec) and advances tx->stream_off. The
+ * octets on the wire are those mpa_fpdu_frame() lays out for the same
+ * ULPDU.
+ */
+uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
+			     struct mpa_fpdu_scratch *scr, size_t ulpdu_len);
+void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
+			  size_t ulpdu_len, struct iovec *out);
+
 /* Octets the next FPDU for a ULPDU of ulpdu_len octets takes on the wire. */
 size_t mpa_fpdu_wire_len(const struct mpa_tx *tx, uint32_t ulpdu_len);
 

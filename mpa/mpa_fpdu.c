@@ -189,6 +189,34 @@ static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	return o.cnt;
 }
 
+uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
+			     struct mpa_fpdu_scratch *scr, size_t ulpdu_len)
+{
+	if (tx->markers || MPA_LEN_FIELD + ulpdu_len +
+				   mpa_pad_len((uint32_t)ulpdu_len) +
+				   MPA_CRC_LEN > MPA_FPDU_FLAT_MAX)
+		return NULL;
+	return scr->flat + MPA_LEN_FIELD;
+}
+
+void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
+			  size_t ulpdu_len, struct iovec *out)
+{
+	uint8_t *p = scr->flat + MPA_LEN_FIELD + ulpdu_len;
+	uint32_t pad = mpa_pad_len((uint32_t)ulpdu_len);
+	size_t body = MPA_LEN_FIELD + ulpdu_len + pad;
+
+	wisp_put_be16(scr->flat, (uint16_t)ulpdu_len);
+	/* RFC 5044 4.4: pad octets are zero, and the CRC covers the FPDU
+	 * from ULPDU_Length to the end of PAD. */
+	for (uint32_t i = 0; i < pad; i++)
+		*p++ = 0;
+	mpa_crc_put(p, tx->crc ? mpa_crc32c(scr->flat, body) : 0);
+	out->iov_base = scr->flat;
+	out->iov_len = body + MPA_CRC_LEN;
+	tx->stream_off += body + MPA_CRC_LEN;
+}
+
 /*
  * A small FPDU without markers, laid out whole in scr->flat: one iovec
  * for the kernel and one CRC pass over contiguous octets, where the
@@ -199,25 +227,14 @@ static int frame_flat(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		      size_t ulpdu_len, struct mpa_fpdu_scratch *scr,
 		      struct iovec *out)
 {
-	uint8_t *p = scr->flat;
-	uint32_t pad = mpa_pad_len((uint32_t)ulpdu_len);
-	size_t body = MPA_LEN_FIELD + ulpdu_len + pad;
+	uint8_t *p = scr->flat + MPA_LEN_FIELD;
 
-	wisp_put_be16(p, (uint16_t)ulpdu_len);
-	p += MPA_LEN_FIELD;
 	for (int i = 0; i < n; i++) {
 		if (ulpdu[i].iov_len)
 			memcpy(p, ulpdu[i].iov_base, ulpdu[i].iov_len);
 		p += ulpdu[i].iov_len;
 	}
-	/* RFC 5044 4.4: pad octets are zero, and the CRC covers the FPDU
-	 * from ULPDU_Length to the end of PAD. */
-	for (uint32_t i = 0; i < pad; i++)
-		*p++ = 0;
-	mpa_crc_put(p, tx->crc ? mpa_crc32c(scr->flat, body) : 0);
-	out[0].iov_base = scr->flat;
-	out[0].iov_len = body + MPA_CRC_LEN;
-	tx->stream_off += body + MPA_CRC_LEN;
+	mpa_fpdu_flat_finish(tx, scr, ulpdu_len, out);
 	return 1;
 }
 
