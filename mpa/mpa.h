@@ -413,6 +413,21 @@ long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev);
 
 /*
+ * A whole FPDU at once: if the decoder stands at an FPDU's first octet,
+ * without markers, and in[0..len) holds that whole FPDU, check it (length,
+ * CRC) and consume all of it, pad and CRC included; ev is then an FPDU
+ * event whose data / len are the whole ULPDU (len == ulpdu_len, 0 for an
+ * empty one), and the decoder stands at the next FPDU. Returns the octets
+ * consumed; 0 if the FPDU is not whole in the input, or the decoder is
+ * elsewhere, or markers are on (mpa_rx_feed() then takes it); -EPROTO on
+ * a fault (as mpa_rx_feed() would report it, nothing handed out), or
+ * -EINVAL on NULL. The same checks as mpa_rx_feed()'s, in one call
+ * instead of a DATA and an FPDU event.
+ */
+long mpa_rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		  struct mpa_rx_event *ev);
+
+/*
  * In MPA_RX_ULPDU state: how many ULPDU octets follow contiguously in the
  * stream before the next marker or the end of the ULPDU. A receiver can
  * recv() that many octets straight into their destination and then pass

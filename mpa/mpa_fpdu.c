@@ -515,6 +515,41 @@ static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
 	return (long)(MPA_LEN_FIELD + ulen);
 }
 
+long mpa_rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		  struct mpa_rx_event *ev)
+{
+	uint16_t ulen;
+	size_t body;
+
+	if (!rx || !ev || (len && !in))
+		return -EINVAL;
+	ev->type = MPA_RX_EV_NONE;
+	if (rx->state == MPA_RX_FAILED)
+		return -EPROTO;
+	if (rx->state != MPA_RX_LEN || rx->part_done || rx->markers ||
+	    len < MPA_LEN_FIELD)
+		return 0;
+	ulen = wisp_get_be16(in);
+	if (ulen > rx->max_ulpdu)
+		return rx_fail(rx, MPA_ERR_ULPDU_LEN);
+	body = MPA_LEN_FIELD + ulen + mpa_pad_len(ulen);
+	if (len < body + MPA_CRC_LEN)
+		return 0;
+	/* RFC 5044 4.4: on a mismatch "the receiver MUST treat the FPDU as
+	 * an invalid FPDU" (section 8 error 2): nothing of it is handed
+	 * out. */
+	if (rx->crc && mpa_crc_get(in + body) != mpa_crc32c(in, body))
+		return rx_fail(rx, MPA_ERR_CRC);
+	rx->stream_off += body + MPA_CRC_LEN;
+	rx_next_fpdu(rx);
+	ev->type = MPA_RX_EV_FPDU;
+	ev->ulpdu_len = ulen;
+	ev->ulpdu_off = 0;
+	ev->data = in + MPA_LEN_FIELD;
+	ev->len = ulen;
+	return (long)(body + MPA_CRC_LEN);
+}
+
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev)
 {

@@ -446,3 +446,203 @@ Test(qp_flat, a_reused_sq_slot_completes_only_when_sent)
 	}
 	teardown();
 }
+
+/* ---- the receive side: a whole Send in the stage (rx_send_whole) ---- */
+
+/* A Send FPDU (CRC on) of len octets of the source from src_off, with
+ * MSN msn; tamper (if set) edits the ULPDU before the CRC is made. */
+static size_t send_fpdu(uint8_t *out, size_t cap, uint8_t opcode,
+			uint32_t msn, size_t src_off, uint32_t len,
+			void (*tamper)(uint8_t *ulpdu))
+{
+	struct rdmap_hdr h = { .opcode = opcode };
+	uint8_t ulpdu[64 + 512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.last = true;
+	h.ddp.u.msn = msn;
+	hl = rdmap_hdr_build(&h, ulpdu, 64);
+	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
+	memcpy(ulpdu + hl, g_src + src_off, len);
+	if (tamper)
+		tamper(ulpdu);
+	mpa_tx_init(&tx, true, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+/* Feed everything in one read (the stage holds it all). */
+static void feed_one_read(const uint8_t *b, size_t len)
+{
+	struct iovec iov[RDMAP_MAX_SGE + 1];
+	int n = rdmap_qp_rx_want(g_rx.qp, iov, RDMAP_MAX_SGE + 1);
+
+	cr_assert_geq(n, 1);
+	cr_assert_geq(iov[0].iov_len, len);
+	memcpy(iov[0].iov_base, b, len);
+	rdmap_qp_rx_done(g_rx.qp, len);
+}
+
+/*
+ * Five messages in one read: Sends (plain and with SE, empty and not)
+ * around a WRITE: each Send lands in its own receive, in order, with its
+ * length and SE flag, the WRITE is placed, and nothing faults.
+ */
+Test(qp_rx_whole, sends_in_one_read_complete_in_order)
+{
+	static const struct { uint8_t op; uint32_t len; } m[] = {
+		{ RDMAP_OP_SEND, 8 }, { RDMAP_OP_SEND_SE, 0 },
+		{ RDMAP_OP_WRITE, 40 }, { RDMAP_OP_SEND, 200 },
+		{ RDMAP_OP_SEND_SE, 13 },
+	};
+	uint8_t wire[4096];
+	size_t len = 0;
+	uint32_t msn = 1;
+	int nrecv = 0;
+
+	setup(true, 4);
+	for (int i = 0; i < 5; i++)
+		post_recv(60 + (uint64_t)i, 512 * (size_t)i);
+	g_term = -1;
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		if (m[i].op == RDMAP_OP_WRITE) {
+			struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+			uint8_t ulpdu[64 + 64];
+			struct mpa_tx tx;
+			int hl, n;
+
+			h.ddp.tagged = true;
+			h.ddp.last = true;
+			h.ddp.t.stag = g_dmr.stag;
+			h.ddp.t.to = g_dmr.iova + 0x3000;
+			hl = rdmap_hdr_build(&h, ulpdu, 64);
+			memcpy(ulpdu + hl, g_src + 100, m[i].len);
+			mpa_tx_init(&tx, true, false);
+			n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + m[i].len,
+					    wire + len, sizeof(wire) - len);
+			cr_assert_gt(n, 0);
+			len += (size_t)n;
+			continue;
+		}
+		len += send_fpdu(wire + len, sizeof(wire) - len, m[i].op,
+				 msn++, 16 * i, m[i].len, NULL);
+	}
+	feed_one_read(wire, len);
+	cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS, "term %#x",
+		     g_term);
+	cr_assert_eq(g_rx.ncqe, 4);
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		const struct rdmap_cqe *c = &g_rx.cqe[nrecv];
+
+		if (m[i].op == RDMAP_OP_WRITE)
+			continue;
+		cr_assert_eq(c->wr_id, 60 + (uint64_t)nrecv);
+		cr_assert_eq(c->status, RDMAP_WC_SUCCESS);
+		cr_assert_eq(c->byte_len, m[i].len);
+		cr_assert_eq(c->solicited, m[i].op == RDMAP_OP_SEND_SE);
+		cr_assert_eq(memcmp(g_dst + 512 * (size_t)nrecv, g_src + 16 * i,
+				    m[i].len), 0, "message %zu", i);
+		nrecv++;
+	}
+	cr_assert_eq(memcmp(g_dst + 0x3000, g_src + 100, 40), 0);
+	/* The next Send must carry MSN 5: one with 4 again is refused. */
+	len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 4, 0, 8, NULL);
+	feed_one_read(wire, len);
+	cr_assert_eq(g_term, 0x1203, "MSN out of range: %#x", g_term);
+	teardown();
+}
+
+static void rv_zero(uint8_t *u) { u[1] &= 0x3f; }
+static void qn_one(uint8_t *u) { u[9] = 1; }
+static void mo_four(uint8_t *u) { u[17] = 4; }
+static void not_last(uint8_t *u) { u[0] &= (uint8_t)~0x40; }
+static void dv_two(uint8_t *u) { u[0] = (uint8_t)((u[0] & ~3) | 2); }
+
+/*
+ * Sends that the general path must refuse are still refused, with the
+ * Terminate RFC 5040 / 5041 name, when they arrive whole: wrong MSN,
+ * no receive posted, longer than the receive (which completes with a
+ * length error), RDMAP or DDP version, QN, a first segment (L clear:
+ * the message has not ended, no completion), a bad CRC; a last segment
+ * at MO 4 is placed at 4 and completes with 12 octets.
+ */
+Test(qp_rx_whole, faults_are_named_as_on_the_general_path)
+{
+	static const struct {
+		const char *what;
+		uint32_t msn, len;
+		bool posted;
+		void (*tamper)(uint8_t *);
+		int term;       /* -1: none, the QP stays up */
+		int recv_status; /* -1: no receive completion */
+	} c[] = {
+		{ "MSN 2 first", 2, 8, true, NULL, 0x1203, -1 },
+		{ "no receive", 1, 8, false, NULL, 0x1202, -1 },
+		{ "too long", 1, 513, true, NULL, 0x1205,
+		  RDMAP_WC_LOC_LEN_ERR },
+		{ "RV 0", 1, 8, true, rv_zero, 0x0205, -1 },
+		{ "DV 2", 1, 8, true, dv_two, 0x1206, -1 },
+		{ "QN 1", 1, 8, true, qn_one, 0x1201, -1 },
+		/* A last segment at MO 4: placed at 4, 12 octets long. */
+		{ "MO 4", 1, 8, true, mo_four, -1, RDMAP_WC_SUCCESS },
+		{ "L clear", 1, 8, true, not_last, -1, -1 },
+	};
+	uint8_t wire[1024];
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		size_t len;
+
+		setup(true, 4);
+		g_term = -1;
+		if (c[i].posted)
+			post_recv(70, 0);
+		len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, c[i].msn,
+				0, c[i].len, c[i].tamper);
+		feed_one_read(wire, len);
+		cr_assert_eq(g_term, c[i].term, "%s: Terminate %#x, not %#x",
+			     c[i].what, g_term, c[i].term);
+		if (c[i].term >= 0)
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_ERROR,
+				     "%s", c[i].what);
+		else
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+				     "%s", c[i].what);
+		if (c[i].recv_status >= 0) {
+			cr_assert_geq(g_rx.ncqe, 1, "%s", c[i].what);
+			cr_assert_eq(g_rx.cqe[0].wr_id, 70);
+			cr_assert_eq(g_rx.cqe[0].status, c[i].recv_status,
+				     "%s: status %u", c[i].what,
+				     g_rx.cqe[0].status);
+			if (c[i].tamper == mo_four) {
+				cr_assert_eq(g_rx.cqe[0].byte_len, 12);
+				cr_assert_eq(memcmp(g_dst + 4, g_src, 8), 0);
+			}
+		} else {
+			for (int k = 0; k < g_rx.ncqe; k++)
+				cr_assert_neq(g_rx.cqe[k].status,
+					      RDMAP_WC_SUCCESS,
+					      "%s: a receive completed",
+					      c[i].what);
+		}
+		teardown();
+	}
+
+	/* A bad CRC: the MPA Terminate, nothing placed or completed. */
+	setup(true, 4);
+	g_term = -1;
+	post_recv(70, 0);
+	{
+		size_t len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 1,
+				       0, 8, NULL);
+
+		wire[len - 1] ^= 1;
+		feed_one_read(wire, len);
+	}
+	cr_assert_eq(g_term, mpa_error_term(MPA_ERR_CRC));
+	cr_assert_eq(g_dst[0], 0xee, "nothing placed");
+	for (int k = 0; k < g_rx.ncqe; k++)
+		cr_assert_neq(g_rx.cqe[k].status, RDMAP_WC_SUCCESS);
+	teardown();
+}
