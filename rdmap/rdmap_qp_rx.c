@@ -730,7 +730,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
 		    bool placed)
 {
 	while (len) {
-		struct mpa_rx_event ev;
+		struct mpa_rx_event ev = { .type = MPA_RX_EV_NONE };
 		long used = 0;
 
 		if (qp->rx_state == RX_DISCARD &&
