@@ -474,25 +474,40 @@ enum mpa_error mpa_rx_error(const struct mpa_rx *rx)
  * is not whole in the input (the octet-wise machine takes it), or
  * -EPROTO.
  */
-static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
-		     struct mpa_rx_event *ev)
+/*
+ * The checks of an FPDU that begins at in and lies whole in in[0..len),
+ * without markers: its ULPDU length (*ulen) and the octets up to the
+ * CRC field (*body). Returns 1 if whole and good, 0 if not whole in the
+ * input, or -EPROTO (rx failed).
+ */
+static int rx_whole_check(struct mpa_rx *rx, const uint8_t *in, size_t len,
+			  uint16_t *ulen, size_t *body)
 {
-	uint16_t ulen;
-	size_t body;
-
 	if (len < MPA_LEN_FIELD)
 		return 0;
-	ulen = wisp_get_be16(in);
-	if (ulen > rx->max_ulpdu)
-		return rx_fail(rx, MPA_ERR_ULPDU_LEN);
-	body = MPA_LEN_FIELD + ulen + mpa_pad_len(ulen);
-	if (len < body + MPA_CRC_LEN)
+	*ulen = wisp_get_be16(in);
+	if (*ulen > rx->max_ulpdu)
+		return (int)rx_fail(rx, MPA_ERR_ULPDU_LEN);
+	*body = MPA_LEN_FIELD + *ulen + mpa_pad_len(*ulen);
+	if (len < *body + MPA_CRC_LEN)
 		return 0;
 	/* RFC 5044 4.4: on a mismatch "the receiver MUST treat the FPDU as
 	 * an invalid FPDU" (section 8 error 2): nothing of it is handed
 	 * out. */
-	if (rx->crc && mpa_crc_get(in + body) != mpa_crc32c(in, body))
-		return rx_fail(rx, MPA_ERR_CRC);
+	if (rx->crc && mpa_crc_get(in + *body) != mpa_crc32c(in, *body))
+		return (int)rx_fail(rx, MPA_ERR_CRC);
+	return 1;
+}
+
+static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		     struct mpa_rx_event *ev)
+{
+	uint16_t ulen = 0;
+	size_t body = 0;
+	int r = rx_whole_check(rx, in, len, &ulen, &body);
+
+	if (r <= 0)
+		return r;
 	rx->len_pos = rx->stream_off;
 	rx->ulpdu_len = ulen;
 	rx->ulpdu_done = ulen;
@@ -518,28 +533,20 @@ static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
 long mpa_rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		  struct mpa_rx_event *ev)
 {
-	uint16_t ulen;
-	size_t body;
+	uint16_t ulen = 0;
+	size_t body = 0;
+	int r;
 
 	if (!rx || !ev || (len && !in))
 		return -EINVAL;
 	ev->type = MPA_RX_EV_NONE;
 	if (rx->state == MPA_RX_FAILED)
 		return -EPROTO;
-	if (rx->state != MPA_RX_LEN || rx->part_done || rx->markers ||
-	    len < MPA_LEN_FIELD)
+	if (rx->state != MPA_RX_LEN || rx->part_done || rx->markers)
 		return 0;
-	ulen = wisp_get_be16(in);
-	if (ulen > rx->max_ulpdu)
-		return rx_fail(rx, MPA_ERR_ULPDU_LEN);
-	body = MPA_LEN_FIELD + ulen + mpa_pad_len(ulen);
-	if (len < body + MPA_CRC_LEN)
-		return 0;
-	/* RFC 5044 4.4: on a mismatch "the receiver MUST treat the FPDU as
-	 * an invalid FPDU" (section 8 error 2): nothing of it is handed
-	 * out. */
-	if (rx->crc && mpa_crc_get(in + body) != mpa_crc32c(in, body))
-		return rx_fail(rx, MPA_ERR_CRC);
+	r = rx_whole_check(rx, in, len, &ulen, &body);
+	if (r <= 0)
+		return r;
 	rx->stream_off += body + MPA_CRC_LEN;
 	rx_next_fpdu(rx);
 	ev->type = MPA_RX_EV_FPDU;
