@@ -317,6 +317,22 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		   struct mpa_fpdu_scratch *scr, struct iovec *out,
 		   int out_cap);
 
+/*
+ * Framing a small ULPDU in place, without gathering it from pieces
+ * first: mpa_fpdu_flat_ulpdu() returns where in scr->flat the ULPDU of
+ * an FPDU of ulpdu_len octets goes, or NULL unless that FPDU is laid
+ * out flat (no markers, at most MPA_FPDU_FLAT_MAX octets on the wire).
+ * The caller writes the ULPDU's ulpdu_len octets there, then
+ * mpa_fpdu_flat_finish() writes the length field, pad and CRC, sets
+ * *out to the whole FPDU (one iovec) and advances tx->stream_off. The
+ * octets on the wire are those mpa_fpdu_frame() lays out for the same
+ * ULPDU.
+ */
+uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
+			     struct mpa_fpdu_scratch *scr, size_t ulpdu_len);
+void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
+			  size_t ulpdu_len, struct iovec *out);
+
 /* Octets the next FPDU for a ULPDU of ulpdu_len octets takes on the wire. */
 size_t mpa_fpdu_wire_len(const struct mpa_tx *tx, uint32_t ulpdu_len);
 
@@ -395,6 +411,21 @@ struct mpa_rx_event {
  */
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		 struct mpa_rx_event *ev);
+
+/*
+ * A whole FPDU at once: if the decoder stands at an FPDU's first octet,
+ * without markers, and in[0..len) holds that whole FPDU, check it (length,
+ * CRC) and consume all of it, pad and CRC included; ev is then an FPDU
+ * event whose data / len are the whole ULPDU (len == ulpdu_len, 0 for an
+ * empty one), and the decoder stands at the next FPDU. Returns the octets
+ * consumed; 0 if the FPDU is not whole in the input, or the decoder is
+ * elsewhere, or markers are on (mpa_rx_feed() then takes it); -EPROTO on
+ * a fault (as mpa_rx_feed() would report it, nothing handed out), or
+ * -EINVAL on NULL. The same checks as mpa_rx_feed()'s, in one call
+ * instead of a DATA and an FPDU event.
+ */
+long mpa_rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		  struct mpa_rx_event *ev);
 
 /*
  * In MPA_RX_ULPDU state: how many ULPDU octets follow contiguously in the

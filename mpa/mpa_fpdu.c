@@ -189,6 +189,34 @@ static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	return o.cnt;
 }
 
+uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
+			     struct mpa_fpdu_scratch *scr, size_t ulpdu_len)
+{
+	if (tx->markers || MPA_LEN_FIELD + ulpdu_len +
+				   mpa_pad_len((uint32_t)ulpdu_len) +
+				   MPA_CRC_LEN > MPA_FPDU_FLAT_MAX)
+		return NULL;
+	return scr->flat + MPA_LEN_FIELD;
+}
+
+void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
+			  size_t ulpdu_len, struct iovec *out)
+{
+	uint8_t *p = scr->flat + MPA_LEN_FIELD + ulpdu_len;
+	uint32_t pad = mpa_pad_len((uint32_t)ulpdu_len);
+	size_t body = MPA_LEN_FIELD + ulpdu_len + pad;
+
+	wisp_put_be16(scr->flat, (uint16_t)ulpdu_len);
+	/* RFC 5044 4.4: pad octets are zero, and the CRC covers the FPDU
+	 * from ULPDU_Length to the end of PAD. */
+	for (uint32_t i = 0; i < pad; i++)
+		*p++ = 0;
+	mpa_crc_put(p, tx->crc ? mpa_crc32c(scr->flat, body) : 0);
+	out->iov_base = scr->flat;
+	out->iov_len = body + MPA_CRC_LEN;
+	tx->stream_off += body + MPA_CRC_LEN;
+}
+
 /*
  * A small FPDU without markers, laid out whole in scr->flat: one iovec
  * for the kernel and one CRC pass over contiguous octets, where the
@@ -199,25 +227,14 @@ static int frame_flat(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		      size_t ulpdu_len, struct mpa_fpdu_scratch *scr,
 		      struct iovec *out)
 {
-	uint8_t *p = scr->flat;
-	uint32_t pad = mpa_pad_len((uint32_t)ulpdu_len);
-	size_t body = MPA_LEN_FIELD + ulpdu_len + pad;
+	uint8_t *p = scr->flat + MPA_LEN_FIELD;
 
-	wisp_put_be16(p, (uint16_t)ulpdu_len);
-	p += MPA_LEN_FIELD;
 	for (int i = 0; i < n; i++) {
 		if (ulpdu[i].iov_len)
 			memcpy(p, ulpdu[i].iov_base, ulpdu[i].iov_len);
 		p += ulpdu[i].iov_len;
 	}
-	/* RFC 5044 4.4: pad octets are zero, and the CRC covers the FPDU
-	 * from ULPDU_Length to the end of PAD. */
-	for (uint32_t i = 0; i < pad; i++)
-		*p++ = 0;
-	mpa_crc_put(p, tx->crc ? mpa_crc32c(scr->flat, body) : 0);
-	out[0].iov_base = scr->flat;
-	out[0].iov_len = body + MPA_CRC_LEN;
-	tx->stream_off += body + MPA_CRC_LEN;
+	mpa_fpdu_flat_finish(tx, scr, ulpdu_len, out);
 	return 1;
 }
 
@@ -463,25 +480,40 @@ enum mpa_error mpa_rx_error(const struct mpa_rx *rx)
  * is not whole in the input (the octet-wise machine takes it), or
  * -EPROTO.
  */
-static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
-		     struct mpa_rx_event *ev)
+/*
+ * The checks of an FPDU that begins at in and lies whole in in[0..len),
+ * without markers: its ULPDU length (*ulen) and the octets up to the
+ * CRC field (*body). Returns 1 if whole and good, 0 if not whole in the
+ * input, or -EPROTO (rx failed).
+ */
+static int rx_whole_check(struct mpa_rx *rx, const uint8_t *in, size_t len,
+			  uint16_t *ulen, size_t *body)
 {
-	uint16_t ulen;
-	size_t body;
-
 	if (len < MPA_LEN_FIELD)
 		return 0;
-	ulen = wisp_get_be16(in);
-	if (ulen > rx->max_ulpdu)
-		return rx_fail(rx, MPA_ERR_ULPDU_LEN);
-	body = MPA_LEN_FIELD + ulen + mpa_pad_len(ulen);
-	if (len < body + MPA_CRC_LEN)
+	*ulen = wisp_get_be16(in);
+	if (*ulen > rx->max_ulpdu)
+		return (int)rx_fail(rx, MPA_ERR_ULPDU_LEN);
+	*body = MPA_LEN_FIELD + *ulen + mpa_pad_len(*ulen);
+	if (len < *body + MPA_CRC_LEN)
 		return 0;
 	/* RFC 5044 4.4: on a mismatch "the receiver MUST treat the FPDU as
 	 * an invalid FPDU" (section 8 error 2): nothing of it is handed
 	 * out. */
-	if (rx->crc && mpa_crc_get(in + body) != mpa_crc32c(in, body))
-		return rx_fail(rx, MPA_ERR_CRC);
+	if (rx->crc && mpa_crc_get(in + *body) != mpa_crc32c(in, *body))
+		return (int)rx_fail(rx, MPA_ERR_CRC);
+	return 1;
+}
+
+static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		     struct mpa_rx_event *ev)
+{
+	uint16_t ulen = 0;
+	size_t body = 0;
+	int r = rx_whole_check(rx, in, len, &ulen, &body);
+
+	if (r <= 0)
+		return r;
 	rx->len_pos = rx->stream_off;
 	rx->ulpdu_len = ulen;
 	rx->ulpdu_done = ulen;
@@ -502,6 +534,33 @@ static long rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
 	ev->data = in + MPA_LEN_FIELD;
 	ev->len = ulen;
 	return (long)(MPA_LEN_FIELD + ulen);
+}
+
+long mpa_rx_whole(struct mpa_rx *rx, const uint8_t *in, size_t len,
+		  struct mpa_rx_event *ev)
+{
+	uint16_t ulen = 0;
+	size_t body = 0;
+	int r;
+
+	if (!rx || !ev || (len && !in))
+		return -EINVAL;
+	ev->type = MPA_RX_EV_NONE;
+	if (rx->state == MPA_RX_FAILED)
+		return -EPROTO;
+	if (rx->state != MPA_RX_LEN || rx->part_done || rx->markers)
+		return 0;
+	r = rx_whole_check(rx, in, len, &ulen, &body);
+	if (r <= 0)
+		return r;
+	rx->stream_off += body + MPA_CRC_LEN;
+	rx_next_fpdu(rx);
+	ev->type = MPA_RX_EV_FPDU;
+	ev->ulpdu_len = ulen;
+	ev->ulpdu_off = 0;
+	ev->data = in + MPA_LEN_FIELD;
+	ev->len = ulen;
+	return (long)(body + MPA_CRC_LEN);
 }
 
 long mpa_rx_feed(struct mpa_rx *rx, const uint8_t *in, size_t len,

@@ -689,19 +689,115 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 	qp->rx_state = qp_state(qp) == RDMAP_QP_RTS ? RX_HDR : RX_DISCARD;
 }
 
+/*
+ * A whole Send of one segment, CRC already checked (rx_whole): placed and
+ * completed straight from the header octets, without the state machine,
+ * the header copy and generic parse, the opcode table's start and dest
+ * (issue 13: a small Send's cost between recvmsg and its completion).
+ * Only a Send that those would take without a fault: untagged, L set,
+ * DDP and RDMAP versions 1, opcode Send or Send with Solicited Event, QN
+ * 0, the expected MSN, MO 0, no message in progress, a receive posted
+ * on the QP's own RQ that the payload fits (RFC 5041 7.1's checks, which
+ * ddp_check_untagged() makes on the general path). Anything else returns
+ * false before any state changes and takes the general path, which
+ * names its fault. The end is the general one (rx_fpdu_end, end_send).
+ */
+static bool rx_send_whole(struct rdmap_qp *qp, const uint8_t *u,
+			  uint32_t ulen)
+{
+	const struct rdmap_recv_wr *r;
+	enum rdmap_wc_status st;
+	struct iovec dst[RDMAP_MAX_SGE];
+	struct ddp_hdr d;
+	enum ddp_error de;
+	uint32_t plen = ulen - DDP_UNTAGGED_HDR_LEN, head;
+	const uint8_t *data = u + DDP_UNTAGGED_HDR_LEN;
+	uint8_t op;
+	int n;
+
+	if (ulen < DDP_UNTAGGED_HDR_LEN || (u[0] & DDP_CTRL_T) ||
+	    qp->have_recv || qp->cfg.use_srq)
+		return false;
+	if (ddp_hdr_parse(u, ulen, &d, &de) != DDP_UNTAGGED_HDR_LEN)
+		return false;
+	op = d.ulp_ctrl & RDMAP_CTRL_OP_MASK;
+	if ((d.ulp_ctrl & RDMAP_CTRL_RV_MASK) >> RDMAP_CTRL_RV_SHIFT !=
+		    RDMAP_VERSION ||
+	    (op != RDMAP_OP_SEND && op != RDMAP_OP_SEND_SE) || !d.last ||
+	    d.u.qn != RDMAP_QN_SEND || d.u.mo != 0 ||
+	    d.u.msn != qp->rx_msn[RDMAP_QN_SEND])
+		return false;
+	head = atomic_load_explicit(&qp->rq.head, memory_order_relaxed);
+	if (head == atomic_load_explicit(&qp->rq.tail, memory_order_acquire))
+		return false;
+	r = rdmap_ring_slot(&qp->rq, head);
+	if (plen > r->length)
+		return false;
+	/* What rx_st_hdr and rdmap_hdr_parse leave: the header a
+	 * Terminate quotes, and its fields. */
+	memcpy(qp->hdr, u, DDP_UNTAGGED_HDR_LEN);
+	qp->hdr_have = DDP_UNTAGGED_HDR_LEN;
+	qp->h = (struct rdmap_hdr){ .ddp = d, .rv = RDMAP_VERSION,
+				    .opcode = op };
+	qp_take_recv(qp, &st);
+	if (st != RDMAP_WC_SUCCESS) {
+		/* As rx_send: a receive naming a bad MR. */
+		qp_complete_recv(qp, st, 0, false, false, 0);
+		rx_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC));
+		return true;
+	}
+	n = qp_slice(qp->rsge, qp->nrsge, 0, plen, dst);
+	for (int i = 0; i < n; i++) {
+		memcpy(dst[i].iov_base, data, dst[i].iov_len);
+		data += dst[i].iov_len;
+	}
+	qp->rx_state = RX_PAYLOAD;
+	rx_fpdu_end(qp);
+	return true;
+}
+
+/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen)
+ * through the receive machine and the FPDU's end, as a DATA event of the
+ * whole ULPDU and the FPDU event would take it. */
+static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
+{
+	struct rx_in d = { .off = 0, .data = u, .len = ulen };
+
+	qp->ulpdu_len = ulen;
+	if (rx_send_whole(qp, u, ulen))
+		return;
+	rx_data(qp, &d);
+	/* A fault in the ULPDU: rx_feed would not have gone on to the
+	 * FPDU's end. */
+	if (qp->rx_state == RX_DISCARD && qp_state(qp) != RDMAP_QP_RTS)
+		return;
+	rx_fpdu_end(qp);
+}
+
 /* Run the MPA decoder over in[0..len): octets in the staging buffer, or
  * (placed) payload octets received at their destination. */
 static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
 		    bool placed)
 {
 	while (len) {
-		struct mpa_rx_event ev;
-		long used;
+		struct mpa_rx_event ev = { .type = MPA_RX_EV_NONE };
+		long used = 0;
 
 		if (qp->rx_state == RX_DISCARD &&
 		    qp_state(qp) != RDMAP_QP_RTS)
 			return;
-		used = mpa_rx_feed(&qp->mrx, in, len, &ev);
+		/* An FPDU whole in the stage, at the start of a ULPDU: in
+		 * one step (the usual case for small messages). */
+		if (!placed && qp->rx_state == RX_HDR && qp->hdr_have == 0)
+			used = mpa_rx_whole(&qp->mrx, in, len, &ev);
+		if (used > 0) {
+			in += used;
+			len -= (size_t)used;
+			rx_whole(qp, ev.data, ev.ulpdu_len);
+			continue;
+		}
+		if (!used)
+			used = mpa_rx_feed(&qp->mrx, in, len, &ev);
 		if (used < 0) {
 			enum mpa_error e = mpa_rx_error(&qp->mrx);
 

@@ -373,6 +373,109 @@ static void tx_prefetch_next(const struct tx_cur *c,
 					   0, 3);
 }
 
+/*
+ * The WR at the head of the SQ as one FPDU built in place (issue 13: a
+ * small message's cost between post and sendmsg). A WRITE or Send whose
+ * message is one DDP segment and whose FPDU is laid out flat by MPA
+ * (mpa_fpdu_flat_ulpdu) has its DDP/RDMAP header written and its payload
+ * copied straight into the FPDU's scratch, then MPA adds length, pad
+ * and CRC: no segment iterator, no ULPDU iovecs, no framing of pieces.
+ * The octets are those tx_start() + tx_segment() produce for the same WR
+ * (tests/unit/test_qp.c, "flat_wr"), and the FPDU completes the WR
+ * through the same batch bookkeeping, so ordering and MR references are
+ * as theirs. Returns 1 if the WR went into the batch, 0 if it is not
+ * one of these (READ, a fence to wait on, too large, markers, a bad SGE,
+ * no room): the general path then takes it, and reports its errors.
+ */
+static int tx_flat_wr(struct rdmap_qp *qp)
+{
+	uint32_t tail = atomic_load_explicit(&qp->sq.tail,
+					     memory_order_acquire);
+	const struct rdmap_send_wr *wr;
+	struct rdmap_mr *mr[RDMAP_MAX_SGE];
+	struct tx_fpdu *f;
+	struct rdmap_hdr h = { 0 };
+	size_t hl, ulen;
+	uint8_t *u, *p;
+	uint32_t idx;
+	int nmr = 0;
+
+	if (qp->sq_txpos == tail)
+		return 0;
+	wr = rdmap_ring_slot(&qp->sq, qp->sq_txpos);
+	if (wr->opcode == RDMAP_WR_READ || (wr->flags & RDMAP_WR_FENCE))
+		return 0;
+	h.ddp.tagged = wr->opcode == RDMAP_WR_WRITE;
+	hl = ddp_hdr_len(h.ddp.tagged);
+	ulen = hl + wr->length;
+	/* One segment (RFC 5041 5.2: at most MULPDU), and a TO that does
+	 * not wrap (ddp_seg_init's checks; the general path fails it). */
+	if (ulen > qp->s.mulpdu ||
+	    (h.ddp.tagged && wr->remote_addr > UINT64_MAX - wr->length))
+		return 0;
+	if (qp->nfp >= qp->fp_cap || qp->b_total >= qp->b_max ||
+	    qp->niov + 1 > qp->iov_cap)
+		return 0;
+	f = &qp->fp[qp->nfp];
+	u = mpa_fpdu_flat_ulpdu(&qp->mtx, &f->scr, ulen);
+	if (!u)
+		return 0;
+	p = u + hl;
+	if (wr->flags & RDMAP_WR_INLINE) {
+		memcpy(p, wr->inline_data, wr->length);
+	} else {
+		for (int i = 0; i < wr->num_sge; i++) {
+			const struct rdmap_sge *s = &wr->sge[i];
+			struct rdmap_mr *m;
+
+			if (s->length == 0)
+				continue;
+			m = rdmap_stag_get(qp->cfg.stags, s->lkey);
+			if (!m || rdmap_mr_check(m, qp->cfg.pd, 0, s->addr,
+						 s->length) != RDMAP_MR_OK) {
+				rdmap_mr_put(m);
+				qp_put_refs(mr, nmr);
+				return 0;
+			}
+			mr[nmr++] = m;
+			memcpy(p, rdmap_mr_ptr(m, s->addr), s->length);
+			p += s->length;
+		}
+	}
+	/* The header, as rdmap_hdr_build() writes it for this opcode. */
+	h.ddp.last = true;
+	if (h.ddp.tagged) {
+		h.opcode = RDMAP_OP_WRITE;
+		h.ddp.t.stag = wr->rkey;
+		h.ddp.t.to = wr->remote_addr;
+	} else {
+		h.opcode = send_opcode(wr);
+		h.ddp.u.qn = RDMAP_QN_SEND;
+		h.ddp.u.msn = qp->tx_msn[RDMAP_QN_SEND]++;
+		if (rdmap_op(h.opcode)->inval_stag)
+			h.ddp.u.ulp_word = h.inval_stag = wr->inv_stag;
+	}
+	/* RFC 5040 4.1: RV is 01b; the reserved bits are zero. */
+	h.ddp.ulp_ctrl = (uint8_t)(RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT |
+				   h.opcode);
+	ddp_hdr_build(&h.ddp, u, hl);
+	mpa_fpdu_flat_finish(&qp->mtx, &f->scr, ulen, qp->iov + qp->niov);
+	idx = qp->sq_txpos++;
+	qp->meta[idx & (qp->sq.size - 1)] = (struct sq_meta){ 0 };
+	qp->b_total += qp->iov[qp->niov].iov_len;
+	qp->niov++;
+	f->end = qp->b_total;
+	f->wr_idx = idx;
+	f->wr_of = idx;
+	for (int i = 0; i < nmr; i++)
+		f->put[i] = mr[i];
+	f->nput = (uint8_t)nmr;
+	f->close = false;
+	qp->nfp++;
+	qp_stat_fpdu(qp, true, &h, (uint32_t)wr->length);
+	return 1;
+}
+
 /* Add segments of the active WR. Returns 1 while progress is made, 0
  * when blocked (no room, no ORD credit), <0 on error. */
 static int tx_segment(struct rdmap_qp *qp)
@@ -501,6 +604,8 @@ static int tx_build(struct rdmap_qp *qp)
 			/* Read Responses go first: the peer's Reads are
 			 * older than anything we start now. */
 			ret = tx_read_resp(qp);
+		} else if (!qp->cur.active && tx_flat_wr(qp)) {
+			ret = 1;
 		} else if (qp->cur.active || tx_start(qp)) {
 			ret = tx_segment(qp);
 		} else {

@@ -843,3 +843,76 @@ Test(mpa_fpdu, marker_reserved_and_low_bits_are_ignored)
 	cr_assert_arr_eq(got.bufs[0], ulpdu, sizeof(ulpdu));
 	collected_free(&got);
 }
+
+/*
+ * mpa_rx_whole: an FPDU whole in the input is taken in one call, pad and
+ * CRC included, the decoder left at the next FPDU (so that mpa_rx_feed
+ * goes on from there); not whole, mid-FPDU or with markers it takes
+ * nothing; a bad CRC or length fails as mpa_rx_feed fails.
+ */
+Test(mpa_fpdu, rx_whole_takes_a_whole_fpdu_in_one_call)
+{
+	uint8_t ulpdu[37], wire[256];
+	struct mpa_tx tx;
+	struct mpa_rx rx;
+	struct mpa_rx_event ev;
+	size_t len = 0, at = 0;
+	long r;
+
+	fill_pattern(ulpdu, sizeof(ulpdu), 5);
+	mpa_tx_init(&tx, true, false);
+	len = put_fpdu(&tx, wire, len, ulpdu, sizeof(ulpdu));   /* 44 */
+	len = put_fpdu(&tx, wire, len, ulpdu, 0);               /* 8 */
+	len = put_fpdu(&tx, wire, len, ulpdu, 8);               /* 16 */
+	cr_assert_eq(len, 68);
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	cr_assert_eq(mpa_rx_whole(&rx, wire, 43, &ev), 0, "one octet short");
+	cr_assert_eq(ev.type, MPA_RX_EV_NONE);
+	for (int k = 0; k < 2; k++) {
+		size_t ulen = k ? 0 : sizeof(ulpdu), wl = k ? 8 : 44;
+
+		r = mpa_rx_whole(&rx, wire + at, len - at, &ev);
+		cr_assert_eq(r, (long)wl, "FPDU %d: %ld octets", k, r);
+		cr_assert_eq(ev.type, MPA_RX_EV_FPDU);
+		cr_assert_eq(ev.ulpdu_len, ulen);
+		cr_assert_eq(ev.len, ulen);
+		if (ulen)
+			cr_assert_arr_eq(ev.data, ulpdu, ulen);
+		at += (size_t)r;
+	}
+	/* The third through mpa_rx_feed, from where mpa_rx_whole left the
+	 * decoder; cut so that mpa_rx_whole then finds it mid-FPDU. */
+	r = mpa_rx_feed(&rx, wire + at, 1, &ev);
+	cr_assert_eq(r, 1);
+	at += 1;
+	cr_assert_eq(mpa_rx_whole(&rx, wire + at, len - at, &ev), 0,
+		     "mid-FPDU");
+	r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+	cr_assert_eq(ev.type, MPA_RX_EV_DATA);
+	cr_assert_eq(ev.len, 8);
+	at += (size_t)r;
+	r = mpa_rx_feed(&rx, wire + at, len - at, &ev);
+	cr_assert_eq(ev.type, MPA_RX_EV_FPDU, "CRC good: decoder in step");
+	at += (size_t)r;
+	cr_assert_eq(at, len);
+
+	/* Markers: never. */
+	mpa_rx_init(&rx, true, true, MPA_ULPDU_MAX);
+	cr_assert_eq(mpa_rx_whole(&rx, wire, len, &ev), 0);
+
+	/* A bad CRC, a length above the limit: failed, nothing out. */
+	wire[43] ^= 0x01;
+	mpa_rx_init(&rx, true, false, MPA_ULPDU_MAX);
+	cr_assert_eq(mpa_rx_whole(&rx, wire, len, &ev), -EPROTO);
+	cr_assert_eq(ev.type, MPA_RX_EV_NONE);
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_CRC);
+	wire[43] ^= 0x01;
+	mpa_rx_init(&rx, true, false, 36);
+	cr_assert_eq(mpa_rx_whole(&rx, wire, len, &ev), -EPROTO);
+	cr_assert_eq(mpa_rx_error(&rx), MPA_ERR_ULPDU_LEN);
+	/* Without CRC the field is not checked. */
+	wire[43] ^= 0x01;
+	mpa_rx_init(&rx, false, false, MPA_ULPDU_MAX);
+	cr_assert_eq(mpa_rx_whole(&rx, wire, len, &ev), 44);
+	cr_assert_eq(mpa_rx_whole(NULL, wire, len, &ev), -EINVAL);
+}

@@ -1,0 +1,648 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_qp_flat.c - a small WRITE or Send whose FPDU MPA lays out flat is
+ * built in place by the transmit side (tx_flat_wr in rdmap_qp_tx.c): its
+ * octets must be those of the general encoders (rdmap_hdr_build +
+ * mpa_fpdu_encode), the receiving QP must parse and place them, and it
+ * must complete in SQ order behind WRs queued before it, with its MSN
+ * in sequence.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "mpa.h"
+#include "rdmap_qp.h"
+
+#define PD        ((const void *)1)
+#define MULPDU    1024u
+#define NCQE      16
+/* The longest payload whose FPDU is still flat: 2 + header + payload +
+ * pad + 4 <= MPA_FPDU_FLAT_MAX. */
+#define FLAT_SEND ((MPA_FPDU_FLAT_MAX - 6) - DDP_UNTAGGED_HDR_LEN)
+#define FLAT_WRITE ((MPA_FPDU_FLAT_MAX - 6) - DDP_TAGGED_HDR_LEN)
+
+/* Length field, header, payload, no pad, CRC. */
+#define SEND8_WIRE  (2 + 18 + 8 + 4)
+#define SEND24_WIRE (2 + 18 + 24 + 4)
+
+struct side {
+	struct rdmap_qp *qp;
+	struct rdmap_cqe cqe[NCQE];
+	int ncqe;
+};
+
+static struct rdmap_stag_table g_t;
+static struct side g_tx, g_rx;
+static uint8_t g_src[16384], g_dst[16384];
+static struct rdmap_mr g_smr, g_dmr;
+
+static void on_complete(void *arg, const struct rdmap_cqe *c)
+{
+	struct side *s = arg;
+
+	cr_assert_lt(s->ncqe, NCQE);
+	s->cqe[s->ncqe++] = *c;
+}
+
+static int g_term = -1;
+
+static void on_fatal(void *arg, int term)
+{
+	(void)arg;
+	g_term = term;
+}
+
+static const struct rdmap_qp_ops ops = { .complete = on_complete,
+					 .fatal = on_fatal };
+
+static struct rdmap_qp *side_qp(struct side *s, bool crc, uint32_t sq)
+{
+	struct rdmap_qp_cfg cfg = { .pd = PD, .stags = &g_t, .ops = &ops,
+				    .ops_arg = s, .sq_size = sq, .rq_size = 8,
+				    .access = RDMAP_ACC_REMOTE_WRITE };
+	struct rdmap_stream_cfg st = { .ird = 4, .ord = 4, .mulpdu = MULPDU,
+				       .crc = crc };
+
+	memset(s, 0, sizeof(*s));
+	s->qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(s->qp);
+	cr_assert_eq(rdmap_qp_start(s->qp, &st), 0);
+	return s->qp;
+}
+
+static void setup(bool crc, uint32_t sq)
+{
+	for (size_t i = 0; i < sizeof(g_src); i++)
+		g_src[i] = (uint8_t)(i * 13 + 5);
+	memset(g_dst, 0xee, sizeof(g_dst));
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	g_smr = (struct rdmap_mr){ .addr = g_src, .iova = 0x10000,
+				   .length = sizeof(g_src), .pd = PD };
+	g_dmr = (struct rdmap_mr){ .addr = g_dst, .iova = 0x80000,
+				   .length = sizeof(g_dst), .pd = PD,
+				   .access = RDMAP_ACC_LOCAL_WRITE |
+					     RDMAP_ACC_REMOTE_WRITE };
+	cr_assert_eq(rdmap_stag_insert(&g_t, &g_smr), 0);
+	cr_assert_eq(rdmap_stag_insert(&g_t, &g_dmr), 0);
+	atomic_store(&g_smr.valid, true);
+	atomic_store(&g_dmr.valid, true);
+	side_qp(&g_tx, crc, sq);
+	side_qp(&g_rx, crc, sq);
+}
+
+static void teardown(void)
+{
+	rdmap_qp_destroy(g_tx.qp);
+	rdmap_qp_destroy(g_rx.qp);
+	rdmap_stag_remove(&g_t, &g_smr);
+	rdmap_stag_remove(&g_t, &g_dmr);
+	rdmap_stag_table_fini(&g_t);
+}
+
+/* A receive of 512 octets into the destination MR at off. */
+static void post_recv(uint64_t wr_id, size_t off)
+{
+	struct rdmap_ring *rq = rdmap_qp_rq(g_rx.qp);
+	uint32_t tail = atomic_load(&rq->tail);
+	struct rdmap_recv_wr *r = rdmap_ring_slot(rq, tail);
+
+	memset(r, 0, sizeof(*r));
+	r->wr_id = wr_id;
+	r->num_sge = 1;
+	r->sge[0] = (struct rdmap_sge){ g_dmr.iova + off, 512, g_dmr.stag };
+	r->length = 512;
+	atomic_store(&rq->tail, tail + 1);
+}
+
+/* Post a WR: len octets of the source MR from src_off, inline or as
+ * two SGEs (the second empty when len < 2). */
+static void post(uint64_t wr_id, uint8_t opcode, uint8_t flags,
+		 size_t src_off, uint32_t len)
+{
+	struct rdmap_ring *sq = rdmap_qp_sq(g_tx.qp);
+	uint32_t tail = atomic_load(&sq->tail);
+	struct rdmap_send_wr *w = rdmap_ring_slot(sq, tail);
+	uint32_t a = len / 2;
+
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr_id;
+	w->opcode = opcode;
+	w->flags = RDMAP_WR_SIGNALED | flags;
+	w->length = len;
+	if (flags & RDMAP_WR_INLINE) {
+		cr_assert_leq(len, RDMAP_MAX_INLINE);
+		memcpy(w->inline_data, g_src + src_off, len);
+	} else {
+		w->num_sge = 2;
+		w->sge[0] = (struct rdmap_sge){ g_smr.iova + src_off, a,
+						g_smr.stag };
+		w->sge[1] = (struct rdmap_sge){ g_smr.iova + src_off + a,
+						len - a, g_smr.stag };
+	}
+	w->rkey = g_dmr.stag;
+	w->remote_addr = g_dmr.iova + 0x2000 + src_off;
+	w->inv_stag = 0x5a5a5a00;
+	atomic_store(&sq->tail, tail + 1);
+}
+
+/* One tx_fill; its octets appended to wire at *len. Returns the
+ * iovec count. */
+static int fill(uint8_t *wire, size_t cap, size_t *len, int *niov)
+{
+	struct iovec iov[64];
+	int n = rdmap_qp_tx_fill(g_tx.qp, iov, 64);
+
+	for (int i = 0; i < n; i++) {
+		cr_assert_leq(*len + iov[i].iov_len, cap);
+		memcpy(wire + *len, iov[i].iov_base, iov[i].iov_len);
+		*len += iov[i].iov_len;
+	}
+	if (niov)
+		*niov = n;
+	return n;
+}
+
+/* Everything the sender has, sent at once. */
+static size_t drain(uint8_t *wire, size_t cap)
+{
+	size_t len = 0;
+
+	for (;;) {
+		size_t before = len;
+
+		if (fill(wire, cap, &len, NULL) <= 0)
+			return len;
+		rdmap_qp_tx_done(g_tx.qp, len - before);
+	}
+}
+
+/* Feed octets to the receiver as the engine would. */
+static void feed(const uint8_t *b, size_t len)
+{
+	while (len) {
+		struct iovec iov[RDMAP_MAX_SGE + 1];
+		int n = rdmap_qp_rx_want(g_rx.qp, iov, RDMAP_MAX_SGE + 1);
+		size_t k = iov[0].iov_len < len ? iov[0].iov_len : len;
+
+		cr_assert_geq(n, 1);
+		memcpy(iov[0].iov_base, b, k);
+		rdmap_qp_rx_done(g_rx.qp, k);
+		b += k;
+		len -= k;
+	}
+	cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+		     "the receiver failed: Terminate %#x", g_term);
+}
+
+/* The FPDU the general encoders make for one message of one segment. */
+static size_t expected(bool crc, uint8_t opcode, uint8_t flags,
+		       size_t src_off, uint32_t len, uint32_t msn,
+		       uint8_t *out, size_t cap)
+{
+	struct rdmap_hdr h = { 0 };
+	uint8_t ulpdu[64 + 512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.last = true;
+	if (opcode == RDMAP_WR_WRITE) {
+		h.opcode = RDMAP_OP_WRITE;
+		h.ddp.tagged = true;
+		h.ddp.t.stag = g_dmr.stag;
+		h.ddp.t.to = g_dmr.iova + 0x2000 + src_off;
+	} else {
+		bool se = flags & RDMAP_WR_SOLICITED;
+
+		if (opcode == RDMAP_WR_SEND_INV) {
+			h.opcode = se ? RDMAP_OP_SEND_SE_INV
+				      : RDMAP_OP_SEND_INV;
+			h.inval_stag = 0x5a5a5a00;
+		} else {
+			h.opcode = se ? RDMAP_OP_SEND_SE : RDMAP_OP_SEND;
+		}
+		h.ddp.u.msn = msn;
+	}
+	hl = rdmap_hdr_build(&h, ulpdu, 64);
+	cr_assert_gt(hl, 0);
+	cr_assert_leq(len, 512);
+	memcpy(ulpdu + hl, g_src + src_off, len);
+	mpa_tx_init(&tx, crc, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+static const uint32_t lens[] = { 0, 1, 3, 4, 8, 9, 63, 200, FLAT_WRITE,
+				 FLAT_SEND, FLAT_SEND + 1, FLAT_WRITE + 1,
+				 300 };
+
+/*
+ * Every opcode the flat path takes, CRC on and off, inline and from
+ * SGEs, at lengths around the flat limit: one WR on an idle QP gives
+ * the octets of the general encoders in one iovec exactly when flat,
+ * completes, and a WRITE or Send is placed and completed by the
+ * receiving QP (which checks the CRC).
+ */
+Test(qp_flat, one_wr_on_an_idle_qp_is_framed_as_the_encoders_do)
+{
+	static const struct { uint8_t op, flags; } ops_tab[] = {
+		{ RDMAP_WR_SEND, 0 },
+		{ RDMAP_WR_SEND, RDMAP_WR_SOLICITED },
+		{ RDMAP_WR_SEND_INV, 0 },
+		{ RDMAP_WR_SEND_INV, RDMAP_WR_SOLICITED },
+		{ RDMAP_WR_WRITE, 0 },
+	};
+	int checked = 0, flat = 0;
+
+	for (int crc = 0; crc < 2; crc++)
+	for (size_t o = 0; o < sizeof(ops_tab) / sizeof(ops_tab[0]); o++)
+	for (int inl = 0; inl < 2; inl++)
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		uint8_t op = ops_tab[o].op;
+		uint8_t fl = ops_tab[o].flags | (inl ? RDMAP_WR_INLINE : 0);
+		uint32_t len = lens[l];
+		size_t off = 16 * l + 3, wl, el;
+		uint8_t wire[1024], exp[1024];
+		bool is_flat;
+		int niov;
+
+		if (inl && len > RDMAP_MAX_INLINE)
+			continue;
+		setup(crc, 4);
+		/* Two messages, so that the second has MSN 2. */
+		for (uint32_t m = 0; m < 2; m++) {
+			if (op != RDMAP_WR_WRITE)
+				post_recv(40 + m, 512 * m);
+			post(m, op, fl, off, len);
+			wl = 0;
+			cr_assert_gt(fill(wire, sizeof(wire), &wl, &niov), 0);
+			rdmap_qp_tx_done(g_tx.qp, wl);
+			cr_assert_eq(drain(wire + wl, sizeof(wire) - wl), 0);
+			el = expected(crc, op, fl, off, len, m + 1, exp,
+				      sizeof(exp));
+			cr_assert_eq(wl, el, "crc %d op %u flags %#x len %u: "
+				     "%zu octets, not %zu", crc, op, fl, len,
+				     wl, el);
+			cr_assert_eq(memcmp(wire, exp, el), 0,
+				     "crc %d op %u flags %#x len %u msg %u: "
+				     "octets differ", crc, op, fl, len, m);
+			is_flat = el <= MPA_FPDU_FLAT_MAX;
+			if (is_flat)
+				cr_assert_eq(niov, 1, "a flat FPDU is one iovec");
+			flat += is_flat;
+			cr_assert_eq(g_tx.ncqe, (int)m + 1);
+			cr_assert_eq(g_tx.cqe[m].wr_id, m);
+			cr_assert_eq(g_tx.cqe[m].status, RDMAP_WC_SUCCESS);
+			if (op == RDMAP_WR_SEND_INV)
+				continue;   /* no STag to invalidate here */
+			feed(wire, wl);
+			if (op == RDMAP_WR_WRITE) {
+				cr_assert_eq(memcmp(g_dst + 0x2000 + off,
+						    g_src + off, len), 0);
+				continue;
+			}
+			cr_assert_eq(g_rx.ncqe, (int)m + 1);
+			cr_assert(g_rx.cqe[m].recv);
+			cr_assert_eq(g_rx.cqe[m].wr_id, 40 + m);
+			cr_assert_eq(g_rx.cqe[m].status, RDMAP_WC_SUCCESS);
+			cr_assert_eq(g_rx.cqe[m].byte_len, len);
+			cr_assert_eq(g_rx.cqe[m].solicited,
+				     !!(fl & RDMAP_WR_SOLICITED));
+			cr_assert_eq(memcmp(g_dst + 512 * m, g_src + off, len),
+				     0, "len %u: the Send's payload", len);
+		}
+		teardown();
+		checked++;
+	}
+	cr_log_info("%d WR kinds, %d flat FPDUs, all as the encoders make "
+		    "them", checked, flat);
+	cr_assert_gt(flat, 0);
+}
+
+/*
+ * Small Sends posted behind a WRITE of several FPDUs that is only half
+ * sent: they are framed in a later batch, keep their MSNs in order, and
+ * complete after the WRITE, each only once its octets are sent; the
+ * receiver gets the WRITE's octets and both Sends' payloads.
+ */
+Test(qp_flat, small_sends_behind_a_queued_write_complete_in_order)
+{
+	uint8_t wire[16384];
+	size_t len = 0, sent = 0;
+	int niov;
+
+	for (int crc = 0; crc < 2; crc++) {
+		len = sent = 0;
+		setup(crc, 8);
+		post_recv(50, 0);
+		post_recv(51, 512);
+		post(0, RDMAP_WR_WRITE, 0, 0, 6000);
+		cr_assert_gt(fill(wire, sizeof(wire), &len, &niov), 1);
+		/* Half of the WRITE is in the kernel; the Sends are posted
+		 * now, one inline, one from SGEs. */
+		rdmap_qp_tx_done(g_tx.qp, len / 2);
+		sent = len / 2;
+		post(1, RDMAP_WR_SEND, RDMAP_WR_INLINE, 7000, 8);
+		post(2, RDMAP_WR_SEND, 0, 7100, 24);
+		cr_assert_eq(g_tx.ncqe, 0, "nothing completes before the "
+			     "WRITE's last octet");
+		/* The rest of the WRITE's batch (its octets are in wire
+		 * already): nothing else. */
+		{
+			uint8_t rest[16384];
+			size_t rl = 0;
+
+			cr_assert_gt(fill(rest, sizeof(rest), &rl, NULL), 0);
+			cr_assert_eq(rl, len - sent);
+			cr_assert_eq(memcmp(rest, wire + sent, rl), 0);
+		}
+		rdmap_qp_tx_done(g_tx.qp, len - sent);
+		sent = len;
+		cr_assert_eq(g_tx.ncqe, 1);
+		cr_assert_eq(g_tx.cqe[0].wr_id, 0);
+		/* Both Sends in the next batch, one flat FPDU each; half
+		 * of it sent completes at most the first. */
+		cr_assert_eq(fill(wire, sizeof(wire), &len, &niov), 2);
+		cr_assert_eq(len - sent, (size_t)SEND8_WIRE + SEND24_WIRE);
+		rdmap_qp_tx_done(g_tx.qp, SEND8_WIRE);
+		cr_assert_eq(g_tx.ncqe, 2);
+		cr_assert_eq(g_tx.cqe[1].wr_id, 1);
+		rdmap_qp_tx_done(g_tx.qp, SEND24_WIRE);
+		cr_assert_eq(g_tx.ncqe, 3);
+		cr_assert_eq(g_tx.cqe[2].wr_id, 2);
+		for (int i = 0; i < 3; i++)
+			cr_assert_eq(g_tx.cqe[i].status, RDMAP_WC_SUCCESS);
+		/* MSN 1 and 2 (octets 12..15 of the untagged header). */
+		{
+			const uint8_t *s1 = wire + sent + 2;
+			const uint8_t *s2 = s1 + SEND8_WIRE;
+
+			cr_assert_eq(s1[13], 1, "first Send's MSN");
+			cr_assert_eq(s2[13], 2, "second Send's MSN");
+		}
+		feed(wire, len);
+		cr_assert_eq(memcmp(g_dst + 0x2000, g_src, 6000), 0);
+		cr_assert_eq(g_rx.ncqe, 2);
+		cr_assert_eq(g_rx.cqe[0].wr_id, 50);
+		cr_assert_eq(g_rx.cqe[0].byte_len, 8);
+		cr_assert_eq(g_rx.cqe[1].wr_id, 51);
+		cr_assert_eq(g_rx.cqe[1].byte_len, 24);
+		cr_assert_eq(memcmp(g_dst, g_src + 7000, 8), 0);
+		cr_assert_eq(memcmp(g_dst + 512, g_src + 7100, 24), 0);
+		teardown();
+	}
+}
+
+/*
+ * A small Send naming a bad lkey is left to the general path: it
+ * completes with a local protection error, takes no MSN, and the QP
+ * enters ERROR; nothing of it goes out.
+ */
+Test(qp_flat, a_bad_lkey_is_the_general_paths_error)
+{
+	struct rdmap_ring *sq;
+	struct rdmap_send_wr *w;
+	uint8_t wire[1024];
+
+	setup(true, 4);
+	post(0, RDMAP_WR_SEND, 0, 0, 8);
+	sq = rdmap_qp_sq(g_tx.qp);
+	w = rdmap_ring_slot(sq, 0);
+	w->sge[1].lkey ^= 0x55;
+	cr_assert_eq(drain(wire, sizeof(wire)), 0, "nothing sent");
+	cr_assert_eq(g_tx.ncqe, 1);
+	cr_assert_eq(g_tx.cqe[0].wr_id, 0);
+	cr_assert_eq(g_tx.cqe[0].status, RDMAP_WC_LOC_PROT_ERR);
+	cr_assert_eq(rdmap_qp_state(g_tx.qp), RDMAP_QP_ERROR);
+	cr_assert_eq(atomic_load(&g_smr.slot->word) & RDMAP_SLOT_REFS, 0,
+		     "no reference left behind");
+	teardown();
+}
+
+/*
+ * Round the SQ ring several times: each small Send, framed into a slot
+ * that held an earlier (completed) WR, completes only once its last
+ * octet is reported sent, never on what the slot said before.
+ */
+Test(qp_flat, a_reused_sq_slot_completes_only_when_sent)
+{
+	uint8_t wire[256];
+
+	setup(true, 2);
+	for (uint32_t m = 0; m < 7; m++) {
+		size_t len = 0;
+
+		post(m, RDMAP_WR_SEND, m & 1 ? RDMAP_WR_INLINE : 0, 8 * m, 8);
+		cr_assert_eq(fill(wire, sizeof(wire), &len, NULL), 1);
+		cr_assert_eq(len, (size_t)SEND8_WIRE);
+		cr_assert_eq(g_tx.ncqe, (int)m, "Send %u: completed unsent", m);
+		rdmap_qp_tx_done(g_tx.qp, len - 1);
+		cr_assert_eq(g_tx.ncqe, (int)m, "Send %u: completed with one "
+			     "octet unsent", m);
+		rdmap_qp_tx_done(g_tx.qp, 1);
+		cr_assert_eq(g_tx.ncqe, (int)m + 1);
+		cr_assert_eq(g_tx.cqe[m].wr_id, m);
+		cr_assert_eq(g_tx.cqe[m].status, RDMAP_WC_SUCCESS);
+	}
+	teardown();
+}
+
+/* ---- the receive side: a whole Send in the stage (rx_send_whole) ---- */
+
+/* A Send FPDU (CRC on) of len octets of the source from src_off, with
+ * MSN msn; tamper (if set) edits the ULPDU before the CRC is made. */
+static size_t send_fpdu(uint8_t *out, size_t cap, uint8_t opcode,
+			uint32_t msn, size_t src_off, uint32_t len,
+			void (*tamper)(uint8_t *ulpdu))
+{
+	struct rdmap_hdr h = { .opcode = opcode };
+	uint8_t ulpdu[64 + 512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.last = true;
+	h.ddp.u.msn = msn;
+	hl = rdmap_hdr_build(&h, ulpdu, 64);
+	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
+	memcpy(ulpdu + hl, g_src + src_off, len);
+	if (tamper)
+		tamper(ulpdu);
+	mpa_tx_init(&tx, true, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+/* Feed everything in one read (the stage holds it all). */
+static void feed_one_read(const uint8_t *b, size_t len)
+{
+	struct iovec iov[RDMAP_MAX_SGE + 1];
+	int n = rdmap_qp_rx_want(g_rx.qp, iov, RDMAP_MAX_SGE + 1);
+
+	cr_assert_geq(n, 1);
+	cr_assert_geq(iov[0].iov_len, len);
+	memcpy(iov[0].iov_base, b, len);
+	rdmap_qp_rx_done(g_rx.qp, len);
+}
+
+/*
+ * Five messages in one read: Sends (plain and with SE, empty and not)
+ * around a WRITE: each Send lands in its own receive, in order, with its
+ * length and SE flag, the WRITE is placed, and nothing faults.
+ */
+Test(qp_rx_whole, sends_in_one_read_complete_in_order)
+{
+	static const struct { uint8_t op; uint32_t len; } m[] = {
+		{ RDMAP_OP_SEND, 8 }, { RDMAP_OP_SEND_SE, 0 },
+		{ RDMAP_OP_WRITE, 40 }, { RDMAP_OP_SEND, 200 },
+		{ RDMAP_OP_SEND_SE, 13 },
+	};
+	uint8_t wire[4096];
+	size_t len = 0;
+	uint32_t msn = 1;
+	int nrecv = 0;
+
+	setup(true, 4);
+	for (int i = 0; i < 5; i++)
+		post_recv(60 + (uint64_t)i, 512 * (size_t)i);
+	g_term = -1;
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		if (m[i].op == RDMAP_OP_WRITE) {
+			struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+			uint8_t ulpdu[64 + 64];
+			struct mpa_tx tx;
+			int hl, n;
+
+			h.ddp.tagged = true;
+			h.ddp.last = true;
+			h.ddp.t.stag = g_dmr.stag;
+			h.ddp.t.to = g_dmr.iova + 0x3000;
+			hl = rdmap_hdr_build(&h, ulpdu, 64);
+			memcpy(ulpdu + hl, g_src + 100, m[i].len);
+			mpa_tx_init(&tx, true, false);
+			n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + m[i].len,
+					    wire + len, sizeof(wire) - len);
+			cr_assert_gt(n, 0);
+			len += (size_t)n;
+			continue;
+		}
+		len += send_fpdu(wire + len, sizeof(wire) - len, m[i].op,
+				 msn++, 16 * i, m[i].len, NULL);
+	}
+	feed_one_read(wire, len);
+	cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS, "term %#x",
+		     g_term);
+	cr_assert_eq(g_rx.ncqe, 4);
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		const struct rdmap_cqe *c = &g_rx.cqe[nrecv];
+
+		if (m[i].op == RDMAP_OP_WRITE)
+			continue;
+		cr_assert_eq(c->wr_id, 60 + (uint64_t)nrecv);
+		cr_assert_eq(c->status, RDMAP_WC_SUCCESS);
+		cr_assert_eq(c->byte_len, m[i].len);
+		cr_assert_eq(c->solicited, m[i].op == RDMAP_OP_SEND_SE);
+		cr_assert_eq(memcmp(g_dst + 512 * (size_t)nrecv, g_src + 16 * i,
+				    m[i].len), 0, "message %zu", i);
+		nrecv++;
+	}
+	cr_assert_eq(memcmp(g_dst + 0x3000, g_src + 100, 40), 0);
+	/* The next Send must carry MSN 5: one with 4 again is refused. */
+	len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 4, 0, 8, NULL);
+	feed_one_read(wire, len);
+	cr_assert_eq(g_term, 0x1203, "MSN out of range: %#x", g_term);
+	teardown();
+}
+
+static void rv_zero(uint8_t *u) { u[1] &= 0x3f; }
+static void qn_one(uint8_t *u) { u[9] = 1; }
+static void mo_four(uint8_t *u) { u[17] = 4; }
+static void not_last(uint8_t *u) { u[0] &= (uint8_t)~0x40; }
+static void dv_two(uint8_t *u) { u[0] = (uint8_t)((u[0] & ~3) | 2); }
+
+/*
+ * Sends that the general path must refuse are still refused, with the
+ * Terminate RFC 5040 / 5041 name, when they arrive whole: wrong MSN,
+ * no receive posted, longer than the receive (which completes with a
+ * length error), RDMAP or DDP version, QN, a first segment (L clear:
+ * the message has not ended, no completion), a bad CRC; a last segment
+ * at MO 4 is placed at 4 and completes with 12 octets.
+ */
+Test(qp_rx_whole, faults_are_named_as_on_the_general_path)
+{
+	static const struct {
+		const char *what;
+		uint32_t msn, len;
+		bool posted;
+		void (*tamper)(uint8_t *);
+		int term;       /* -1: none, the QP stays up */
+		int recv_status; /* -1: no receive completion */
+	} c[] = {
+		{ "MSN 2 first", 2, 8, true, NULL, 0x1203, -1 },
+		{ "no receive", 1, 8, false, NULL, 0x1202, -1 },
+		{ "too long", 1, 513, true, NULL, 0x1205,
+		  RDMAP_WC_LOC_LEN_ERR },
+		{ "RV 0", 1, 8, true, rv_zero, 0x0205, -1 },
+		{ "DV 2", 1, 8, true, dv_two, 0x1206, -1 },
+		{ "QN 1", 1, 8, true, qn_one, 0x1201, -1 },
+		/* A last segment at MO 4: placed at 4, 12 octets long. */
+		{ "MO 4", 1, 8, true, mo_four, -1, RDMAP_WC_SUCCESS },
+		{ "L clear", 1, 8, true, not_last, -1, -1 },
+	};
+	uint8_t wire[1024];
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		size_t len;
+
+		setup(true, 4);
+		g_term = -1;
+		if (c[i].posted)
+			post_recv(70, 0);
+		len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, c[i].msn,
+				0, c[i].len, c[i].tamper);
+		feed_one_read(wire, len);
+		cr_assert_eq(g_term, c[i].term, "%s: Terminate %#x, not %#x",
+			     c[i].what, g_term, c[i].term);
+		if (c[i].term >= 0)
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_ERROR,
+				     "%s", c[i].what);
+		else
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+				     "%s", c[i].what);
+		if (c[i].recv_status >= 0) {
+			cr_assert_geq(g_rx.ncqe, 1, "%s", c[i].what);
+			cr_assert_eq(g_rx.cqe[0].wr_id, 70);
+			cr_assert_eq(g_rx.cqe[0].status, c[i].recv_status,
+				     "%s: status %u", c[i].what,
+				     g_rx.cqe[0].status);
+			if (c[i].tamper == mo_four) {
+				cr_assert_eq(g_rx.cqe[0].byte_len, 12);
+				cr_assert_eq(memcmp(g_dst + 4, g_src, 8), 0);
+			}
+		} else {
+			for (int k = 0; k < g_rx.ncqe; k++)
+				cr_assert_neq(g_rx.cqe[k].status,
+					      RDMAP_WC_SUCCESS,
+					      "%s: a receive completed",
+					      c[i].what);
+		}
+		teardown();
+	}
+
+	/* A bad CRC: the MPA Terminate, nothing placed or completed. */
+	setup(true, 4);
+	g_term = -1;
+	post_recv(70, 0);
+	{
+		size_t len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 1,
+				       0, 8, NULL);
+
+		wire[len - 1] ^= 1;
+		feed_one_read(wire, len);
+	}
+	cr_assert_eq(g_term, mpa_error_term(MPA_ERR_CRC));
+	cr_assert_eq(g_dst[0], 0xee, "nothing placed");
+	for (int k = 0; k < g_rx.ncqe; k++)
+		cr_assert_neq(g_rx.cqe[k].status, RDMAP_WC_SUCCESS);
+	teardown();
+}
