@@ -38,6 +38,11 @@ struct glue_conn_stats {
 					* again), by any thread */
 	_Atomic uint64_t tx_push_engine; /* of those, by the engine's
 					  * backstop */
+	/* Waiting for room (WISP_POLL_WAIT_US, glue_engine.c "Waiting for
+	 * room"), under tx_lock. */
+	_Atomic uint64_t tx_poll_waits; /* a polling thread waited for room */
+	_Atomic uint64_t tx_poll_woken; /* of those, room (or octets to
+					 * read) came before the time ran out */
 };
 
 /*

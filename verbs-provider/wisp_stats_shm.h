@@ -36,7 +36,7 @@
 #include "rdmap_qp_stats.h"
 
 #define WISP_STATS_MAGIC    0x5453534950534957ULL   /* "WISPSSTT" */
-#define WISP_STATS_VERSION  3
+#define WISP_STATS_VERSION  4
 #define WISP_STATS_MAX_DEV  16
 #define WISP_STATS_MAX_QP   1024
 
@@ -155,6 +155,8 @@ static const struct wisp_stats_field wisp_stats_fields[] = {
 	WISP_STATS_F("sock_tx_corked", sock.tx_corked),
 	WISP_STATS_F("sock_tx_pushes", sock.tx_pushes),
 	WISP_STATS_F("sock_tx_push_engine", sock.tx_push_engine),
+	WISP_STATS_F("sock_tx_poll_waits", sock.tx_poll_waits),
+	WISP_STATS_F("sock_tx_poll_woken", sock.tx_poll_woken),
 	WISP_STATS_F("streams", streams),
 	WISP_STATS_F("streams_ended", streams_ended),
 	WISP_STATS_F("streams_broken", streams_broken),
