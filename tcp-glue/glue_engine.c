@@ -1822,13 +1822,17 @@ static bool bp_hot_recv(struct glue_engine *e)
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
-	if (conn_state(c) == GLUE_CONN_OPEN && app_sends(c)) {
+	if (conn_state(c) == GLUE_CONN_OPEN && app_sends(c) &&
+	    (c->tls || atomic_load(&c->tx_more) ||
+	     atomic_load(&c->kicked))) {
 		/* A thread polls c: it encrypts and sends from its polls
 		 * (glue_conn_recv_now), as it reads; or, on a plaintext
 		 * connection whose socket is full, it waits for room and
 		 * sends itself ("Waiting for room"). Leave the sending to
 		 * it rather than take turns on the lock (and the socket),
-		 * and look again soon in case it stops. */
+		 * and look again soon in case it stops. Plaintext: only
+		 * when there is something to send, so that a connection
+		 * whose poller has nothing queued costs no rechecks. */
 		atomic_store(&c->tx_deferred, true);
 		c->recheck_at = now_ms() + GLUE_APP_POLL_MS;
 		return;
