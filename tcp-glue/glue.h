@@ -191,8 +191,9 @@ bool glue_conns_wait_tx(struct glue_conn *const *c, const bool *rx, int n);
 /*
  * From a thread that polls for completions, found some, and calls
  * glue_conns_wait_tx on c whenever it finds none: it still does, so the
- * engine keeps leaving c's sends to it while c's socket is full. Nothing
- * on a TLS connection, or with WISP_POLL_WAIT_US off.
+ * engine keeps leaving c's queued sends to it; what a post left over
+ * while the socket has room is sent now. Nothing on a TLS connection, or
+ * with WISP_POLL_WAIT_US off.
  */
 void glue_conn_tx_polled(struct glue_conn *c);
 

@@ -555,8 +555,9 @@ static bool app_polls(const struct glue_conn *c)
 
 /* A polling thread sends for c: TLS, one sent for it within
  * GLUE_APP_POLL_MS; plaintext, a thread that waits for room on c when
- * its CQ is empty polled within GLUE_APP_POLL_MS ("Waiting for room";
- * not with zero-copy sends, which are the engine's). */
+ * its CQ is empty polled within GLUE_APP_POLL_MS (glue_conns_wait_tx,
+ * glue_conn_tx_polled; "Waiting for room"; not with zero-copy sends,
+ * which are the engine's). */
 static bool app_sends(const struct glue_conn *c)
 {
 	if (!c->tls_on && (!c->e->poll_wait_ns || c->e->zc_min))
@@ -1246,7 +1247,8 @@ void glue_conn_release(struct glue_conn *c)
 
 	cork_push(c);
 	/* Plaintext: the engine left c's sends to the poller only while
-	 * the socket was full ("Waiting for room"). */
+	 * something waited to be sent ("Waiting for room"); with nothing
+	 * queued there is nothing to take back, and no wake-up. */
 	sent = atomic_exchange(&c->app_tx_ms, 0) != 0 &&
 	       (c->tls_on || atomic_load(&c->tx_more));
 	if (!atomic_exchange(&c->app_rx_ms, 0) && !sent)
@@ -1608,15 +1610,19 @@ bool glue_conn_send_post(struct glue_conn *c)
  * when all the CQ's streams are plaintext sends that complete there and
  * nothing else completes there (see wisp_poll_cq).
  *
- * Meanwhile the engine leaves c's sends to that thread (app_sends: the
- * socket is full and a thread waited within GLUE_APP_POLL_MS), as it
- * leaves a TLS session's sends to its poller: a post that finds the
- * socket full queues its WR without a sendmsg and without waking the
- * engine; the engine looks again every GLUE_APP_POLL_MS and sends itself
- * once the thread stops waiting, or at once when it arms its CQ
- * (glue_conn_release). The wait holds each c's tx_lock, so no one else
- * sends on c and the engine cannot close its socket meanwhile; an abort
- * shuts the socket down first, which ends the wait at once.
+ * Meanwhile the engine leaves c's sends to that thread, as it leaves a
+ * TLS session's sends to its poller (app_sends: such a thread polled c's
+ * CQ within GLUE_APP_POLL_MS, stamped by every one of its polls, empty
+ * (here) or not (glue_conn_tx_polled); pump_tx: only while something is
+ * queued). A post that finds the socket full queues its WR without a
+ * sendmsg and without waking the engine; what a post left over while
+ * the socket had room goes out on the poller's next poll (either
+ * function sends it at once, without a wait). The engine looks again
+ * after 2, 4, then every 8 ms and sends itself once the thread stops
+ * polling, or at once when it arms its CQ (glue_conn_release). The wait
+ * holds each c's tx_lock, so no one else sends on c and the engine
+ * cannot close its socket meanwhile; an abort shuts the socket down
+ * first, which ends the wait at once.
  */
 bool glue_conns_wait_tx(struct glue_conn *const *cs, const bool *rx, int n)
 {

@@ -84,9 +84,10 @@ struct glue_conn {
 	/* TLS: last time a polling thread sent for c (glue_conn_recv_now,
 	 * glue_conn_polled, glue_conn_send_poll): the engine leaves c's
 	 * sends to it meanwhile (glue_engine.c "TLS"). Plaintext: last
-	 * time a thread that waits for room polled c (glue_conns_wait_tx):
-	 * the engine leaves c's sends to it while c's socket is full
-	 * (glue_engine.c "Waiting for room"). */
+	 * time a thread that waits for room on c when its CQ is empty
+	 * polled (glue_conns_wait_tx, glue_conn_tx_polled): the engine
+	 * leaves c's queued sends to it meanwhile (glue_engine.c "Waiting
+	 * for room"). */
 	_Atomic int64_t app_tx_ms;
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
