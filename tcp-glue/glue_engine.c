@@ -606,8 +606,14 @@ void glue_conn_kick(struct glue_conn *c)
 {
 	if (atomic_exchange(&c->kicked, true))
 		return;           /* already kicked, the engine will look */
-	if (tx_left_to_poller(c))
-		return;           /* the poller sends; the engine looks soon */
+	if (tx_left_to_poller(c)) {
+		/* The poller sends, and it goes by tx_more (a kick alone
+		 * would leave the WR to an engine that keeps deferring to
+		 * that poller); the engine looks soon anyway. */
+		atomic_store(&c->tx_more, true);
+		atomic_store(&c->kicked, false);
+		return;
+	}
 	ready_kick(c);
 }
 
