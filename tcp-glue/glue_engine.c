@@ -1844,7 +1844,12 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		 * it rather than take turns on the lock (and the socket),
 		 * and look again soon in case it stops. Plaintext: only
 		 * when there is something to send, so that a connection
-		 * whose poller has nothing queued costs no rechecks. */
+		 * whose poller has nothing queued costs no rechecks. The
+		 * poller goes by tx_more, not by kicked: a kick left set here
+		 * would also turn every later kick away (glue_conn_kick) and
+		 * strand a WR that no post sent (the stall). */
+		if (atomic_exchange(&c->kicked, false))
+			atomic_store(&c->tx_more, true);
 		atomic_store(&c->tx_deferred, true);
 		c->recheck_at = now_ms() + GLUE_APP_POLL_MS;
 		return;
