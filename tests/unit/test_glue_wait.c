@@ -434,3 +434,47 @@ Test(glue_wait, engine_takes_back_after_release_epoll, .timeout = 60)
 {
 	engine_takes_back(GLUE_EPOLL);
 }
+
+/*
+ * A WR that only a kick announced (a post whose own send found the
+ * transmit side taken: glue_conn_send_post false, then glue_conn_kick),
+ * while a thread polls the CQ and so has the sends (app_sends): the
+ * engine leaves it to that thread, which goes by tx_more. The engine
+ * once kept the kick set instead: the poller saw nothing queued, every
+ * later kick was turned away as "already kicked", and the WR stayed
+ * unsent for as long as the polling went on (the bandwidth run's "no
+ * completion for 10000 ms"). The poller here polls every 100 us, well
+ * within GLUE_APP_POLL_MS, so the engine never takes the send back; the
+ * deadline only ends a broken run.
+ */
+static void kicked_wr_goes(enum glue_kind kind)
+{
+	struct wt t;
+
+	wt_start(&t, kind, "on");
+	/* The engine's first visit: nothing to send yet. */
+	usleep(20000);
+	glue_conn_tx_polled(t.c);
+	atomic_store(&t.queued, 4096);
+	glue_conn_kick(t.c);
+	for (int64_t end = ms_now() + 5000;
+	     t.checked < 4096 && ms_now() < end;) {
+		glue_conn_tx_polled(t.c);
+		peer_drain(&t);
+		usleep(100);
+	}
+	cr_assert_eq(t.checked, 4096, "%zu of 4096 octets arrived: the "
+		     "kicked WR was stranded", t.checked);
+	cr_assert_geq(ST(&t, tx_direct), 1, "the polling thread sent it");
+	wt_finish(&t);
+}
+
+Test(glue_wait, kicked_wr_goes_out_from_the_poller_uring, .timeout = 60)
+{
+	kicked_wr_goes(GLUE_URING);
+}
+
+Test(glue_wait, kicked_wr_goes_out_from_the_poller_epoll, .timeout = 60)
+{
+	kicked_wr_goes(GLUE_EPOLL);
+}
