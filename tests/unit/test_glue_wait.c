@@ -444,8 +444,10 @@ Test(glue_wait, engine_takes_back_after_release_epoll, .timeout = 60)
  * later kick was turned away as "already kicked", and the WR stayed
  * unsent for as long as the polling went on (the bandwidth run's "no
  * completion for 10000 ms"). The poller here polls every 100 us, well
- * within GLUE_APP_POLL_MS, so the engine never takes the send back; the
- * deadline only ends a broken run.
+ * within GLUE_APP_POLL_MS, so the engine does not take the send back
+ * once it has left it to that thread (it may send the WR itself if its
+ * first look comes after the stamp has aged: then the WR goes out too,
+ * and who sent it is not asserted). The deadline only ends a broken run.
  */
 static void kicked_wr_goes(enum glue_kind kind)
 {
@@ -465,7 +467,6 @@ static void kicked_wr_goes(enum glue_kind kind)
 	}
 	cr_assert_eq(t.checked, 4096, "%zu of 4096 octets arrived: the "
 		     "kicked WR was stranded", t.checked);
-	cr_assert_geq(ST(&t, tx_direct), 1, "the polling thread sent it");
 	wt_finish(&t);
 }
 
