@@ -220,6 +220,50 @@ void glue_answer_rx(struct glue_answer *a, int64_t now, int flags);
 /* A wait for the answer ran out before it came. */
 void glue_answer_miss(struct glue_answer *a);
 
+/*
+ * WISP_POLL_WAIT_US: on (the default: GLUE_POLL_WAIT_ON_US), off, or 1 ..
+ * GLUE_POLL_WAIT_MAX_US microseconds: how long a thread that polls for
+ * completions and finds none may wait for room in full sockets when
+ * sends blocked on that room are all that its completions wait for
+ * (glue_conns_wait_tx; glue_engine.c "Waiting for room").
+ */
+#define GLUE_POLL_WAIT_ON_US   1000u
+#define GLUE_POLL_WAIT_MAX_US  10000u
+
+/*
+ * Parse a WISP_POLL_WAIT_US value: "on", "off", or decimal digits only
+ * (no sign, space or suffix) from 1 to GLUE_POLL_WAIT_MAX_US. Returns 0
+ * and sets *us (0 for off), or -EINVAL (NULL, empty or anything else).
+ */
+int glue_poll_wait_parse(const char *s, unsigned *us);
+
+/* The most connections one glue_conns_wait_tx call waits on. */
+#define GLUE_WAIT_MAX 8
+
+/*
+ * From a thread that polls for completions and found none, when every
+ * completion it can get next waits for c[0..n) (n <= GLUE_WAIT_MAX):
+ * each c[i] is a plaintext connection whose unsent octets complete the
+ * caller's WRs once the kernel takes them; rx[i] says whether the caller
+ * also receives on c[i] itself (glue_conn_recv_now). The caller takes
+ * the connections' sends over from the engine while it keeps calling
+ * this (within GLUE_APP_POLL_MS; glue_conn_release hands them back). If
+ * the last send on each c[i] found its socket full and something still
+ * waits to be sent, wait up to WISP_POLL_WAIT_US for room in any of them
+ * (or octets to read on one with rx[i]), then send (receive) on the
+ * calling thread. Otherwise return at once. Returns true if octets moved.
+ */
+bool glue_conns_wait_tx(struct glue_conn *const *c, const bool *rx, int n);
+
+/*
+ * From a thread that polls for completions, found some, and calls
+ * glue_conns_wait_tx on c whenever it finds none: it still does, so the
+ * engine keeps leaving c's queued sends to it; what a post left over
+ * while the socket has room is sent now. Nothing on a TLS connection, or
+ * with WISP_POLL_WAIT_US off.
+ */
+void glue_conn_tx_polled(struct glue_conn *c);
+
 /* The socket's MSS (TCP_MAXSEG), or 0 if it cannot be read. */
 int glue_sock_mss(int fd);
 

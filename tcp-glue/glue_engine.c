@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +320,29 @@ int glue_send_cork_parse(const char *s, unsigned *us)
 	if (!r)
 		*us = (unsigned)v;
 	return r;
+}
+
+int glue_poll_wait_parse(const char *s, unsigned *us)
+{
+	unsigned long v;
+	int r = parse_switch_num(s, GLUE_POLL_WAIT_ON_US, 1,
+				 GLUE_POLL_WAIT_MAX_US, &v);
+
+	if (!r)
+		*us = (unsigned)v;
+	return r;
+}
+
+static int poll_wait_setting(unsigned *us)
+{
+	const char *env = getenv("WISP_POLL_WAIT_US");
+
+	if (!glue_poll_wait_parse(env ? env : "on", us))
+		return 0;
+	fprintf(stderr, "wisp: WISP_POLL_WAIT_US=\"%s\" is not valid; "
+		"accepted values: on, off, 1 .. %u (microseconds)\n", env,
+		GLUE_POLL_WAIT_MAX_US);
+	return -EINVAL;
 }
 
 static int send_cork_setting(unsigned *us)
@@ -668,13 +692,19 @@ static bool app_polls(const struct glue_conn *c)
 	return within_poll_ms(&c->app_rx_ms) || within_poll_ms(&c->post_rx_ms);
 }
 
-/* TLS: a polling thread sent for c within GLUE_APP_POLL_MS. */
+/* A polling thread sends for c: TLS, one sent for it within
+ * GLUE_APP_POLL_MS; plaintext, a thread that waits for room on c when
+ * its CQ is empty polled within GLUE_APP_POLL_MS (glue_conns_wait_tx,
+ * glue_conn_tx_polled; "Waiting for room"; not with zero-copy sends,
+ * which are the engine's). */
 static bool app_sends(const struct glue_conn *c)
 {
-	return c->tls_on && within_poll_ms(&c->app_tx_ms);
+	if (!c->tls_on && (!c->e->poll_wait_ns || c->e->zc_min))
+		return false;
+	return within_poll_ms(&c->app_tx_ms);
 }
 
-/* TLS: the engine left sending on c to the thread that polls it, which
+/* The engine left sending on c to the thread that polls it, which
  * still does: waking the engine would only make it look and leave. */
 static bool tx_left_to_poller(const struct glue_conn *c)
 {
@@ -686,6 +716,19 @@ void glue_conn_polled(struct glue_conn *c)
 	if (c->tls_on && !conn_stopped(c))
 		atomic_store_explicit(&c->app_tx_ms, now_ms(),
 				      memory_order_relaxed);
+}
+
+static bool send_direct(struct glue_conn *c, bool post);
+
+void glue_conn_tx_polled(struct glue_conn *c)
+{
+	if (c->tls_on || !c->e->poll_wait_ns || conn_stopped(c))
+		return;
+	atomic_store_explicit(&c->app_tx_ms, now_ms(), memory_order_relaxed);
+	/* Left over from a post (the engine leaves it to this thread) and
+	 * room for it, as far as we know: send it now. */
+	if (atomic_load(&c->tx_more) && !atomic_load(&c->tx_full))
+		send_direct(c, false);
 }
 
 void glue_conn_send_poll(struct glue_conn *c)
@@ -702,8 +745,14 @@ void glue_conn_kick(struct glue_conn *c)
 {
 	if (atomic_exchange(&c->kicked, true))
 		return;           /* already kicked, the engine will look */
-	if (tx_left_to_poller(c))
-		return;           /* the poller sends; the engine looks soon */
+	if (tx_left_to_poller(c)) {
+		/* The poller sends, and it goes by tx_more (a kick alone
+		 * would leave the WR to an engine that keeps deferring to
+		 * that poller); the engine looks soon anyway. */
+		atomic_store(&c->tx_more, true);
+		atomic_store(&c->kicked, false);
+		return;
+	}
 	ready_kick(c);
 }
 
@@ -1342,7 +1391,11 @@ void glue_conn_release(struct glue_conn *c)
 	bool sent;
 
 	cork_push(c);
-	sent = atomic_exchange(&c->app_tx_ms, 0) != 0;
+	/* Plaintext: the engine left c's sends to the poller only while
+	 * something waited to be sent ("Waiting for room"); with nothing
+	 * queued there is nothing to take back, and no wake-up. */
+	sent = atomic_exchange(&c->app_tx_ms, 0) != 0 &&
+	       (c->tls_on || atomic_load(&c->tx_more));
 	sent |= atomic_exchange(&c->post_rx_ms, 0) != 0;
 	if (!atomic_exchange(&c->app_rx_ms, 0) && !sent)
 		return;           /* the engine was not staying off it */
@@ -1564,6 +1617,11 @@ void glue_tx_result(struct glue_conn *c, long res)
 	c->tx_busy = false;
 	c->tx_zc = false;
 	glue_stat_tx_result(c, res);
+	/* Read before tx_offered is: it is the engine's send's ("Waiting
+	 * for room"). */
+	if (!c->tls)
+		atomic_store(&c->tx_full, res == -EAGAIN ||
+			     (res > 0 && (size_t)res < c->tx_offered));
 	if (conn_stopped(c))
 		goto out;
 	if (res < 0) {
@@ -1667,6 +1725,7 @@ static void answer_wait(struct glue_conn *c, int64_t post, int64_t wait)
 static bool send_direct(struct glue_conn *c, bool post)
 {
 	ssize_t n;
+	size_t offered = 0;
 	int niov, err, close = 0;
 	int64_t post_end = 0, wait = 0;
 	bool sent = false, more = false, cork = false;
@@ -1681,6 +1740,14 @@ static bool send_direct(struct glue_conn *c, bool post)
 	}
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
+	/* A post while the socket is full and a polling thread waits for
+	 * room to send ("Waiting for room"): that thread sends it once
+	 * there is room; a sendmsg now would only say EAGAIN. */
+	if (post && !c->tls && atomic_load(&c->tx_full) &&
+	    tx_left_to_poller(c)) {
+		more = true;
+		goto out;
+	}
 	/* What tx_fill has is taken now; more is set again below if any
 	 * is left. */
 	atomic_store(&c->tx_more, false);
@@ -1704,6 +1771,10 @@ static bool send_direct(struct glue_conn *c, bool post)
 		n = sendmsg(c->fd, &c->tx_msg, MSG_DONTWAIT | MSG_NOSIGNAL |
 			    (cork ? MSG_MORE : 0));
 		err = errno;
+		for (int i = 0; n >= 0 && i < niov; i++)
+			offered += c->tx_iov[i].iov_len;
+		atomic_store(&c->tx_full, n < 0 ? err == EAGAIN :
+			     (size_t)n < offered);
 		cork_sent(c, cork, n);
 		if (post && c->cork_ok)
 			c->cork_last_ns = now_ns();
@@ -1750,6 +1821,122 @@ bool glue_conn_send_now(struct glue_conn *c)
 bool glue_conn_send_post(struct glue_conn *c)
 {
 	return send_direct(c, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* Waiting for room                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A stream of large posts fills the socket: the posting thread's
+ * sendmsg says EAGAIN or takes part (c->tx_full), and what is left used
+ * to be the engine's, whose send then waited in the kernel for room
+ * while the thread that posted spun on its empty CQ for the completions
+ * that only that send could bring. Three threads ran for one stream
+ * where a TCP program has two (its sender sleeps in send() until there
+ * is room), and on a busy host the spinning one took the CPU from the
+ * receiver and from everything else (docs/benchmarks.md, "A busy host:
+ * who runs").
+ *
+ * So an ibv_poll_cq that finds its CQ empty when every completion it can
+ * get next waits on sends blocked by full sockets calls
+ * glue_conns_wait_tx, which waits in ppoll() for room (POLLOUT: the
+ * kernel reports it once a third of the send buffer is free, as it wakes
+ * a blocked send()) and then sends on the calling thread, as TCP's
+ * sender does. The wait is bounded by WISP_POLL_WAIT_US (1 ms by
+ * default): ibv_poll_cq stays a call that returns, only not at once
+ * while nothing it could return can come sooner; a program that cannot
+ * have even that sets it to off. The caller (verbs_cq.c) asks for it only
+ * when all the CQ's streams are plaintext sends that complete there and
+ * nothing else completes there (see wisp_poll_cq).
+ *
+ * Meanwhile the engine leaves c's sends to that thread, as it leaves a
+ * TLS session's sends to its poller (app_sends: such a thread polled c's
+ * CQ within GLUE_APP_POLL_MS, stamped by every one of its polls, empty
+ * (here) or not (glue_conn_tx_polled); pump_tx: only while something is
+ * queued). A post that finds the socket full queues its WR without a
+ * sendmsg and without waking the engine; what a post left over while
+ * the socket had room goes out on the poller's next poll (either
+ * function sends it at once, without a wait). The engine looks again
+ * after 2, 4, then every 8 ms and sends itself once the thread stops
+ * polling, or at once when it arms its CQ (glue_conn_release). The wait
+ * holds each c's tx_lock, so no one else sends on c and the engine
+ * cannot close its socket meanwhile; an abort shuts the socket down
+ * first, which ends the wait at once.
+ */
+bool glue_conns_wait_tx(struct glue_conn *const *cs, const bool *rx, int n)
+{
+	struct pollfd pfd[GLUE_WAIT_MAX];
+	struct timespec ts;
+	int64_t now, wait_ns;
+	int held = 0, r;
+	bool moved = false;
+
+	if (n <= 0 || n > GLUE_WAIT_MAX)
+		return false;
+	wait_ns = cs[0]->e->poll_wait_ns;
+	if (!wait_ns)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (cs[i]->tls_on)
+			return false;
+	/* From now on this thread sends for them while their sockets are
+	 * full (app_sends). */
+	now = now_ms();
+	for (int i = 0; i < n; i++)
+		atomic_store_explicit(&cs[i]->app_tx_ms, now,
+				      memory_order_relaxed);
+	/* What waits on a socket with room goes now, without a wait. */
+	for (int i = 0; i < n; i++)
+		if (atomic_load(&cs[i]->tx_more) &&
+		    !atomic_load(&cs[i]->tx_full) && !conn_stopped(cs[i]))
+			moved |= send_direct(cs[i], false);
+	if (moved)
+		return true;
+	for (int i = 0; i < n; i++)
+		if (!atomic_load(&cs[i]->tx_full) ||
+		    !atomic_load(&cs[i]->tx_more) || conn_stopped(cs[i]))
+			return false;
+	for (; held < n; held++) {
+		struct glue_conn *c = cs[held];
+
+		if (pthread_mutex_trylock(&c->tx_lock))
+			break;
+		if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN ||
+		    !atomic_load(&c->tx_full)) {
+			glue_tx_unlock(c);
+			break;
+		}
+		pfd[held].fd = c->fd;
+		pfd[held].events = (short)(POLLOUT | (rx && rx[held] ?
+						      POLLIN : 0));
+		pfd[held].revents = 0;
+	}
+	if (held < n) {
+		while (held--)
+			glue_tx_unlock(cs[held]);
+		return false;
+	}
+	ts.tv_sec = (time_t)(wait_ns / 1000000000);
+	ts.tv_nsec = (long)(wait_ns % 1000000000);
+	r = ppoll(pfd, (nfds_t)n, &ts, NULL);
+	for (int i = 0; i < n; i++) {
+		glue_stat_tx_poll_wait(cs[i], r > 0 && pfd[i].revents);
+		glue_tx_unlock(cs[i]);
+	}
+	if (r <= 0)
+		return false;
+	for (int i = 0; i < n; i++) {
+		short ev = pfd[i].revents;
+
+		/* An error or hang-up: the send reports it (the engine
+		 * takes over from there: tx_full is clear after it). */
+		if (ev & (POLLOUT | POLLERR | POLLHUP))
+			moved |= send_direct(cs[i], false);
+		if ((ev & (POLLIN | POLLERR | POLLHUP)) && rx && rx[i])
+			moved |= glue_conn_recv_now(cs[i]);
+	}
+	return moved;
 }
 
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)
@@ -1881,11 +2068,22 @@ static bool bp_hot_recv(struct glue_engine *e)
 
 static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 {
-	if (c->tls && conn_state(c) == GLUE_CONN_OPEN && app_sends(c)) {
+	if (conn_state(c) == GLUE_CONN_OPEN && app_sends(c) &&
+	    (c->tls || atomic_load(&c->tx_more) ||
+	     atomic_load(&c->kicked))) {
 		/* A thread polls c: it encrypts and sends from its polls
-		 * (glue_conn_recv_now), as it reads. Leave the session to
-		 * it rather than take turns on its lock, and look again
-		 * soon in case it stops. */
+		 * (glue_conn_recv_now), as it reads; or, on a plaintext
+		 * connection whose socket is full, it waits for room and
+		 * sends itself ("Waiting for room"). Leave the sending to
+		 * it rather than take turns on the lock (and the socket),
+		 * and look again soon in case it stops. Plaintext: only
+		 * when there is something to send, so that a connection
+		 * whose poller has nothing queued costs no rechecks. The
+		 * poller goes by tx_more, not by kicked: a kick left set here
+		 * would also turn every later kick away (glue_conn_kick) and
+		 * strand a WR that no post sent (the stall). */
+		if (atomic_exchange(&c->kicked, false))
+			atomic_store(&c->tx_more, true);
 		atomic_store(&c->tx_deferred, true);
 		c->recheck_at = now_ms() + GLUE_APP_POLL_MS;
 		return;
@@ -2234,7 +2432,7 @@ static int pick_kind(enum glue_kind *kind)
 struct glue_engine *glue_engine_create(enum glue_kind kind)
 {
 	struct glue_engine *e;
-	unsigned bp_us, cork_us = 0, pp_us = 0;
+	unsigned bp_us, cork_us = 0, pp_us = 0, wait_us = 0;
 	size_t zc_min = 0;
 	int ret;
 
@@ -2247,6 +2445,8 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 		ret = send_cork_setting(&cork_us);
 	if (!ret)
 		ret = post_poll_setting(&pp_us);
+	if (!ret)
+		ret = poll_wait_setting(&wait_us);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
@@ -2267,6 +2467,7 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	e->zc_min = zc_min;
 	e->cork_gap_ns = (int64_t)cork_us * 1000;
 	e->post_poll_ns = (int64_t)pp_us * 1000;
+	e->poll_wait_ns = (int64_t)wait_us * 1000;
 	e->be = kind == GLUE_EPOLL ? &glue_epoll_backend : &glue_uring_backend;
 	ret = e->be->init(e);
 	if (ret && kind == GLUE_AUTO) {
@@ -2387,6 +2588,7 @@ struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
 	/* The engine asks tx_fill at once, and calls the timer. */
 	atomic_init(&c->tx_more, true);
 	atomic_init(&c->tx_handoff, false);
+	atomic_init(&c->tx_full, false);
 	atomic_init(&c->rx_more, false);
 	atomic_init(&c->close_req, false);
 	atomic_init(&c->rx_end, 0);

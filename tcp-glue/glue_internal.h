@@ -90,12 +90,20 @@ struct glue_conn {
 	bool rx_partial;
 	/* TLS: last time a polling thread sent for c (glue_conn_recv_now,
 	 * glue_conn_polled, glue_conn_send_poll): the engine leaves c's
-	 * sends to it meanwhile (glue_engine.c "TLS"). */
+	 * sends to it meanwhile (glue_engine.c "TLS"). Plaintext: last
+	 * time a thread that waits for room on c when its CQ is empty
+	 * polled (glue_conns_wait_tx, glue_conn_tx_polled): the engine
+	 * leaves c's queued sends to it meanwhile (glue_engine.c "Waiting
+	 * for room"). */
 	_Atomic int64_t app_tx_ms;
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
 	pthread_mutex_t rx_lock;
 	atomic_bool tx_more;      /* tx_fill may have more right away */
+	/* The last send on c found its socket full: EAGAIN, or the kernel
+	 * took only part (written under tx_lock; glue_engine.c "Waiting
+	 * for room"). */
+	atomic_bool tx_full;
 	/* The engine found tx_lock taken by another thread and left:
 	 * that thread queues c again when it lets go (glue_tx_unlock). */
 	atomic_bool tx_handoff;
@@ -194,6 +202,9 @@ void glue_stat_post_wait(struct glue_conn *c, bool hit);
  * by the engine's backstop). */
 void glue_stat_tx_corked(struct glue_conn *c);
 void glue_stat_tx_push(struct glue_conn *c, bool engine);
+/* A polling thread waited for room on c (tx_lock held); woken: room or
+ * octets came before the time ran out. */
+void glue_stat_tx_poll_wait(struct glue_conn *c, bool woken);
 
 struct glue_backend {
 	const char *name;
@@ -289,6 +300,10 @@ struct glue_engine {
 	struct glue_conn *cork_list;
 	int64_t cork_at;
 	atomic_bool cork_ticking;
+
+	/* Waiting for room (glue_engine.c): WISP_POLL_WAIT_US in ns (0:
+	 * off). */
+	int64_t poll_wait_ns;
 
 	pthread_mutex_t cmd_lock;
 	pthread_cond_t cmd_cond;

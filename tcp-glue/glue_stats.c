@@ -186,3 +186,12 @@ void glue_stat_tx_push(struct glue_conn *c, bool engine)
 	if (engine)
 		ADD(st->tx_push_engine, 1);
 }
+
+void glue_stat_tx_poll_wait(struct glue_conn *c, bool woken)
+{
+	struct glue_conn_stats *st = stats(c);
+
+	ADD(st->tx_poll_waits, 1);
+	if (woken)
+		ADD(st->tx_poll_woken, 1);
+}

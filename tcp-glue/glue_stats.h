@@ -41,6 +41,11 @@ struct glue_conn_stats {
 	/* Waiting for the answer (WISP_POST_POLL, glue_engine.c). */
 	_Atomic uint64_t rx_post_waits; /* a posting thread waited */
 	_Atomic uint64_t rx_post_hits;  /* it received the whole answer */
+	/* Waiting for room (WISP_POLL_WAIT_US, glue_engine.c "Waiting for
+	 * room"), under tx_lock. */
+	_Atomic uint64_t tx_poll_waits; /* a polling thread waited for room */
+	_Atomic uint64_t tx_poll_woken; /* of those, room (or octets to
+					 * read) came before the time ran out */
 };
 
 /*

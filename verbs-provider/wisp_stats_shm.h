@@ -157,6 +157,8 @@ static const struct wisp_stats_field wisp_stats_fields[] = {
 	WISP_STATS_F("sock_tx_push_engine", sock.tx_push_engine),
 	WISP_STATS_F("sock_rx_post_waits", sock.rx_post_waits),
 	WISP_STATS_F("sock_rx_post_hits", sock.rx_post_hits),
+	WISP_STATS_F("sock_tx_poll_waits", sock.tx_poll_waits),
+	WISP_STATS_F("sock_tx_poll_woken", sock.tx_poll_woken),
 	WISP_STATS_F("streams", streams),
 	WISP_STATS_F("streams_ended", streams_ended),
 	WISP_STATS_F("streams_broken", streams_broken),

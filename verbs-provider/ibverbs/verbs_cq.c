@@ -357,8 +357,15 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		if (atomic_load(&cq->nconns) &&
 		    atomic_load(&cq->armed) == CQ_DISARMED &&
 		    !pthread_mutex_trylock(&cq->conns_lock)) {
-			for (int i = 0; i < atomic_load(&cq->nconns); i++)
+			int n = atomic_load(&cq->nconns);
+
+			for (int i = 0; i < n; i++) {
 				glue_conn_polled(cq->conns[i].conn);
+				/* It waits for room when it finds none
+				 * (below): sends on full sockets stay its. */
+				if (n <= GLUE_WAIT_MAX)
+					glue_conn_tx_polled(cq->conns[i].conn);
+			}
 			pthread_mutex_unlock(&cq->conns_lock);
 		}
 		return cq_take(cq, num_entries, wc);
@@ -372,14 +379,30 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (atomic_load(&cq->nconns) &&
 	    atomic_load(&cq->armed) == CQ_DISARMED &&
 	    !pthread_mutex_trylock(&cq->conns_lock)) {
-		for (int i = 0; i < atomic_load(&cq->nconns); i++) {
-			const struct wisp_cq_stream *s = &cq->conns[i];
+		struct glue_conn *wc_conn[GLUE_WAIT_MAX];
+		bool wc_rx[GLUE_WAIT_MAX];
+		int n = atomic_load(&cq->nconns);
 
-			if (!s->sends || rdmap_qp_reads_out(s->sends))
+		for (int i = 0; i < n; i++) {
+			const struct wisp_cq_stream *s = &cq->conns[i];
+			bool rx = !s->sends || rdmap_qp_reads_out(s->sends);
+
+			if (rx)
 				glue_conn_recv_now(s->conn);
 			else
 				glue_conn_send_poll(s->conn);
+			if (i < GLUE_WAIT_MAX) {
+				wc_conn[i] = s->conn;
+				wc_rx[i] = rx;
+			}
 		}
+		/* Still empty, and what can complete here next waits for
+		 * room in full sockets: wait for it, bounded, instead of
+		 * returning to a caller that can only poll again
+		 * (glue_engine.c "Waiting for room"; it returns at once
+		 * unless every stream's sends are blocked so). */
+		if (n <= GLUE_WAIT_MAX && cq_empty(cq))
+			glue_conns_wait_tx(wc_conn, wc_rx, n);
 		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	return cq_empty(cq) ? 0 : cq_take(cq, num_entries, wc);
