@@ -311,50 +311,40 @@ static int parse_switch_num(const char *s, unsigned long on,
 	return 0;
 }
 
-int glue_send_cork_parse(const char *s, unsigned *us)
+/* A setting in microseconds: "off" (0), "on" (on_us) or 1 .. max_us. */
+static int parse_us(const char *s, unsigned on_us, unsigned max_us,
+		    unsigned *us)
 {
 	unsigned long v;
-	int r = parse_switch_num(s, GLUE_SEND_CORK_ON_US, 1,
-				 GLUE_SEND_CORK_MAX_US, &v);
+	int r = parse_switch_num(s, on_us, 1, max_us, &v);
 
 	if (!r)
 		*us = (unsigned)v;
 	return r;
+}
+
+/* Such a setting from the environment (unset: on); a bad value is
+ * reported on stderr, naming the variable, and gives -EINVAL. */
+static int us_setting(const char *name, unsigned on_us, unsigned max_us,
+		      unsigned *us)
+{
+	const char *env = getenv(name);
+
+	if (!parse_us(env ? env : "on", on_us, max_us, us))
+		return 0;
+	fprintf(stderr, "wisp: %s=\"%s\" is not valid; accepted values: on, "
+		"off, 1 .. %u (microseconds)\n", name, env, max_us);
+	return -EINVAL;
+}
+
+int glue_send_cork_parse(const char *s, unsigned *us)
+{
+	return parse_us(s, GLUE_SEND_CORK_ON_US, GLUE_SEND_CORK_MAX_US, us);
 }
 
 int glue_poll_wait_parse(const char *s, unsigned *us)
 {
-	unsigned long v;
-	int r = parse_switch_num(s, GLUE_POLL_WAIT_ON_US, 1,
-				 GLUE_POLL_WAIT_MAX_US, &v);
-
-	if (!r)
-		*us = (unsigned)v;
-	return r;
-}
-
-static int poll_wait_setting(unsigned *us)
-{
-	const char *env = getenv("WISP_POLL_WAIT_US");
-
-	if (!glue_poll_wait_parse(env ? env : "on", us))
-		return 0;
-	fprintf(stderr, "wisp: WISP_POLL_WAIT_US=\"%s\" is not valid; "
-		"accepted values: on, off, 1 .. %u (microseconds)\n", env,
-		GLUE_POLL_WAIT_MAX_US);
-	return -EINVAL;
-}
-
-static int send_cork_setting(unsigned *us)
-{
-	const char *env = getenv("WISP_SEND_CORK");
-
-	if (!glue_send_cork_parse(env ? env : "on", us))
-		return 0;
-	fprintf(stderr, "wisp: WISP_SEND_CORK=\"%s\" is not valid; accepted "
-		"values: on, off, 1 .. %u (microseconds)\n", env,
-		GLUE_SEND_CORK_MAX_US);
-	return -EINVAL;
+	return parse_us(s, GLUE_POLL_WAIT_ON_US, GLUE_POLL_WAIT_MAX_US, us);
 }
 
 int glue_sock_mss(int fd)
@@ -587,25 +577,7 @@ static int cork_tick(struct glue_engine *e, int timeout)
 
 int glue_post_poll_parse(const char *s, unsigned *us)
 {
-	unsigned long v;
-	int r = parse_switch_num(s, GLUE_POST_POLL_ON_US, 1,
-				 GLUE_POST_POLL_MAX_US, &v);
-
-	if (!r)
-		*us = (unsigned)v;
-	return r;
-}
-
-static int post_poll_setting(unsigned *us)
-{
-	const char *env = getenv("WISP_POST_POLL");
-
-	if (!glue_post_poll_parse(env ? env : "on", us))
-		return 0;
-	fprintf(stderr, "wisp: WISP_POST_POLL=\"%s\" is not valid; accepted "
-		"values: on, off, 1 .. %u (microseconds)\n", env,
-		GLUE_POST_POLL_MAX_US);
-	return -EINVAL;
+	return parse_us(s, GLUE_POST_POLL_ON_US, GLUE_POST_POLL_MAX_US, us);
 }
 
 void glue_answer_init(struct glue_answer *a, int64_t max_ns)
@@ -2442,11 +2414,14 @@ struct glue_engine *glue_engine_create(enum glue_kind kind)
 	if (!ret)
 		ret = send_zc_setting(&zc_min);
 	if (!ret)
-		ret = send_cork_setting(&cork_us);
+		ret = us_setting("WISP_SEND_CORK", GLUE_SEND_CORK_ON_US,
+				 GLUE_SEND_CORK_MAX_US, &cork_us);
 	if (!ret)
-		ret = post_poll_setting(&pp_us);
+		ret = us_setting("WISP_POST_POLL", GLUE_POST_POLL_ON_US,
+				 GLUE_POST_POLL_MAX_US, &pp_us);
 	if (!ret)
-		ret = poll_wait_setting(&wait_us);
+		ret = us_setting("WISP_POLL_WAIT_US", GLUE_POLL_WAIT_ON_US,
+				 GLUE_POLL_WAIT_MAX_US, &wait_us);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
