@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_hold.h"
 #include "glue_stats.h"
 
 #define POSTS 64
@@ -51,17 +52,9 @@ struct ct {
 	uint8_t rx[64];
 	atomic_bool ended;
 	/* The engine held in a command (engine_hold). */
-	pthread_t holder;
-	atomic_bool held, release;
+	struct engine_hold hold;
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t us_now(void)
 {
@@ -174,8 +167,6 @@ static void ct_start_mss(struct ct *t, enum glue_kind kind,
 		t->buf[i] = pattern(i);
 	atomic_init(&t->queued, 0);
 	atomic_init(&t->ended, false);
-	atomic_init(&t->held, false);
-	atomic_init(&t->release, false);
 	cr_assert_eq(setenv("WISP_SEND_CORK", setting, 1), 0);
 	t->e = glue_engine_create(kind);
 	unsetenv("WISP_SEND_CORK");
@@ -269,41 +260,6 @@ static int64_t ct_read_all(struct ct *t)
 	return us_now() - start;
 }
 
-/* Keep the engine thread in a command until engine_let_go: it can then
- * neither send nor push anything. */
-static void hold_fn(void *arg)
-{
-	struct ct *t = arg;
-
-	atomic_store(&t->held, true);
-	for (int64_t end = ms_now() + 20000;
-	     !atomic_load(&t->release) && ms_now() < end;)
-		usleep(200);
-}
-
-static void *holder_main(void *arg)
-{
-	struct ct *t = arg;
-
-	glue_engine_call(t->e, hold_fn, t);
-	return NULL;
-}
-
-static void engine_hold(struct ct *t)
-{
-	cr_assert_eq(pthread_create(&t->holder, NULL, holder_main, t), 0);
-	for (int64_t end = ms_now() + 10000;
-	     !atomic_load(&t->held) && ms_now() < end;)
-		usleep(200);
-	cr_assert(atomic_load(&t->held), "the engine did not take the command");
-}
-
-static void engine_let_go(struct ct *t)
-{
-	atomic_store(&t->release, true);
-	cr_assert_eq(pthread_join(t->holder, NULL), 0);
-}
-
 /* Nobody polls after the burst: the engine pushes the tail. */
 static void backstop(enum glue_kind kind)
 {
@@ -344,7 +300,7 @@ static void poller_pushes(void (*wait_call)(struct glue_conn *))
 	struct ct t;
 
 	ct_start(&t, GLUE_EPOLL, "1000");
-	engine_hold(&t);
+	engine_hold(&t.hold, t.e);
 	ct_burst(&t, true, true);
 	cr_assert_eq(ST(&t, tx_pushes), 0);
 	wait_call(t.c);
@@ -354,7 +310,7 @@ static void poller_pushes(void (*wait_call)(struct glue_conn *))
 	wait_call(t.c);
 	cr_assert_eq(ST(&t, tx_pushes), 1);
 	ct_read_all(&t);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	ct_finish(&t);
 }
 
@@ -386,13 +342,13 @@ static void never_corks(const char *setting, bool post, int mss)
 	struct ct t;
 
 	ct_start_mss(&t, GLUE_EPOLL, setting, mss);
-	engine_hold(&t);
+	engine_hold(&t.hold, t.e);
 	ct_burst(&t, post, false);
 	cr_assert_eq(ST(&t, tx_direct), POSTS);
 	cr_assert_eq(ST(&t, tx_corked), 0);
 	ct_read_all(&t);
 	cr_assert_eq(ST(&t, tx_pushes), 0);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	ct_finish(&t);
 }
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_hold.h"
 #include "glue_stats.h"
 
 #define TOTAL (4u << 20)          /* octets the stream carries */
@@ -40,17 +41,9 @@ struct wt {
 	atomic_size_t got;        /* octets received from the peer */
 	atomic_bool ended;
 	size_t checked;           /* octets the peer read and checked */
-	pthread_t holder;
-	atomic_bool held, release;
+	struct engine_hold hold;
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint8_t pattern(size_t i)
 {
@@ -149,8 +142,6 @@ static void wt_start(struct wt *t, enum glue_kind kind, const char *setting)
 	atomic_init(&t->queued, 0);
 	atomic_init(&t->got, 0);
 	atomic_init(&t->ended, false);
-	atomic_init(&t->held, false);
-	atomic_init(&t->release, false);
 	if (setting)
 		cr_assert_eq(setenv("WISP_POLL_WAIT_US", setting, 1), 0);
 	t->e = glue_engine_create(kind);
@@ -185,42 +176,13 @@ static uint64_t st(const struct wt *t, size_t off)
 
 #define ST(t, f) st(t, offsetof(struct glue_conn_stats, f))
 
-/* Keep the engine thread in a command until engine_let_go: it can then
- * neither send nor receive. */
-static void hold_fn(void *arg)
+/* Keep the engine thread in a command (glue_hold.h), once it adopted
+ * the socket (its first visit also asks tx_fill once, which has
+ * nothing yet). */
+static void wt_hold(struct wt *t)
 {
-	struct wt *t = arg;
-
-	atomic_store(&t->held, true);
-	for (int64_t end = ms_now() + 30000;
-	     !atomic_load(&t->release) && ms_now() < end;)
-		usleep(200);
-}
-
-static void *holder_main(void *arg)
-{
-	struct wt *t = arg;
-
-	glue_engine_call(t->e, hold_fn, t);
-	return NULL;
-}
-
-static void engine_hold(struct wt *t)
-{
-	/* Let the engine adopt the socket first (its first visit also
-	 * asks tx_fill once, which has nothing yet). */
 	usleep(20000);
-	cr_assert_eq(pthread_create(&t->holder, NULL, holder_main, t), 0);
-	for (int64_t end = ms_now() + 10000;
-	     !atomic_load(&t->held) && ms_now() < end;)
-		usleep(200);
-	cr_assert(atomic_load(&t->held), "the engine did not take the command");
-}
-
-static void engine_let_go(struct wt *t)
-{
-	atomic_store(&t->release, true);
-	cr_assert_eq(pthread_join(t->holder, NULL), 0);
+	engine_hold(&t->hold, t->e);
 }
 
 /* Read what the peer has (without waiting) and check it. */
@@ -306,7 +268,7 @@ static void poller_sends(enum glue_kind kind)
 
 	wt_start(&t, kind, "1000");
 	cs[0] = t.c;
-	engine_hold(&t);
+	wt_hold(&t);
 	fill(&t);
 	before = t.sent;
 	cr_assert(!glue_conns_wait_tx(cs, rx, 1),
@@ -323,7 +285,7 @@ static void poller_sends(enum glue_kind kind)
 		     TOTAL);
 	cr_assert_eq(ST(&t, tx_sends), 0, "the engine sent");
 	cr_assert_geq(ST(&t, tx_poll_woken), 1);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	wt_finish(&t);
 }
 
@@ -347,14 +309,14 @@ Test(glue_wait, off_never_waits, .timeout = 60)
 
 	wt_start(&t, GLUE_EPOLL, "off");
 	cs[0] = t.c;
-	engine_hold(&t);
+	wt_hold(&t);
 	fill(&t);
 	before = t.sent;
 	peer_drain(&t);
 	cr_assert(!glue_conns_wait_tx(cs, rx, 1));
 	cr_assert_eq(t.sent, before);
 	cr_assert_eq(ST(&t, tx_poll_waits), 0);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	/* The engine sends the rest. */
 	for (int64_t end = ms_now() + 20000;
 	     t.checked < TOTAL && ms_now() < end;) {
@@ -376,7 +338,7 @@ Test(glue_wait, octets_to_read_end_the_wait, .timeout = 60)
 
 	wt_start(&t, GLUE_EPOLL, "10000");
 	cs[0] = t.c;
-	engine_hold(&t);
+	wt_hold(&t);
 	fill(&t);
 	cr_assert_eq(send(t.peer, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
 	for (int64_t end = ms_now() + 10000;
@@ -385,7 +347,7 @@ Test(glue_wait, octets_to_read_end_the_wait, .timeout = 60)
 	cr_assert_eq(atomic_load(&t.got), sizeof(msg));
 	cr_assert_geq(ST(&t, tx_poll_woken), 1);
 	cr_assert_eq(ST(&t, tx_sends), 0);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	for (int64_t end = ms_now() + 20000;
 	     t.checked < TOTAL && ms_now() < end;) {
 		peer_drain(&t);
@@ -407,12 +369,12 @@ static void engine_takes_back(enum glue_kind kind)
 
 	wt_start(&t, kind, "on");
 	cs[0] = t.c;
-	engine_hold(&t);
+	wt_hold(&t);
 	fill(&t);
 	glue_conns_wait_tx(cs, rx, 1);
 	cr_assert_eq(ST(&t, tx_poll_waits), 1);
 	glue_conn_release(t.c);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	for (int64_t end = ms_now() + 20000;
 	     t.checked < TOTAL && ms_now() < end;) {
 		peer_drain(&t);
@@ -464,11 +426,11 @@ static void kicked_wr_goes(enum glue_kind kind)
 	struct wt t;
 
 	wt_start(&t, kind, "on");
-	engine_hold(&t);
+	wt_hold(&t);
 	atomic_store(&t.queued, 4096);
 	glue_conn_kick(t.c);
 	glue_conn_tx_polled(t.c);
-	engine_let_go(&t);
+	engine_let_go(&t.hold);
 	glue_engine_call(t.e, noop_fn, NULL);
 	glue_conn_tx_polled(t.c);
 	cr_assert_geq(ST(&t, tx_direct) + ST(&t, tx_sends), 1,
