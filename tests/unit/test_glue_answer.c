@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_glue_answer.c - a posting thread waits for its ping-pong's answer
- * (WISP_POST_POLL, glue_engine.c "Waiting for the answer").
+ * (WISP_POST_POLL, glue_engine.c "Waiting for the answer"). The
+ * setting's parsing is in test_glue_us.c.
  *
  * The detector (struct glue_answer) is driven with a clock of the
  * test's: it turns on after GLUE_ANSWER_STREAK lone posts answered in
@@ -34,45 +35,6 @@
 
 #define US 1000ll            /* ns */
 #define MAX_NS (100 * US)
-
-/* ---- the setting ---- */
-
-Test(glue_answer, parse_accepts_on_off_and_bounded_decimals)
-{
-	unsigned us = 12345;
-
-	cr_assert_eq(glue_post_poll_parse("on", &us), 0);
-	cr_assert_eq(us, GLUE_POST_POLL_ON_US);
-	cr_assert_eq(glue_post_poll_parse("off", &us), 0);
-	cr_assert_eq(us, 0);
-	cr_assert_eq(glue_post_poll_parse("1", &us), 0);
-	cr_assert_eq(us, 1);
-	cr_assert_eq(glue_post_poll_parse("10000", &us), 0);
-	cr_assert_eq(us, GLUE_POST_POLL_MAX_US);
-}
-
-Test(glue_answer, parse_refuses_everything_else)
-{
-	static const char *const bad[] = {
-		"", "0", "10001", "-1", "+5", " 5", "5 ", "5us", "0x10",
-		"ON", "auto", "99999999999999999999999", "1.5",
-	};
-	unsigned us = 777;
-
-	cr_assert_eq(glue_post_poll_parse(NULL, &us), -EINVAL);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_assert_eq(glue_post_poll_parse(bad[i], &us), -EINVAL,
-			     "\"%s\" was accepted", bad[i]);
-	cr_assert_eq(us, 777, "a refused value left *us alone");
-}
-
-Test(glue_answer, bad_environment_value_fails_the_engine)
-{
-	setenv("WISP_POST_POLL", "always", 1);
-	cr_assert_null(glue_engine_create(GLUE_EPOLL));
-	cr_assert_eq(errno, EINVAL);
-	unsetenv("WISP_POST_POLL");
-}
 
 /* ---- the detector, on the test's clock ---- */
 

@@ -7,7 +7,8 @@
  * poller that finds nothing (glue_conn_recv_now, glue_conn_send_poll) or
  * arms its CQ (glue_conn_release) while the engine cannot run. Sends
  * that are not posts never cork, nor does anything with the setting off.
- * The setting's strict parsing.
+ * The setting's parsing is in test_glue_us.c, with the other two
+ * settings in microseconds.
  *
  * The test posts POSTS chunks of CHUNK octets from one thread, one
  * glue_conn_send_post each, as ibv_post_send does; the peer is a plain
@@ -366,37 +367,4 @@ Test(glue_cork, off_never_corks, .timeout = 60)
 Test(glue_cork, sends_over_half_the_mss_never_cork, .timeout = 60)
 {
 	never_corks("1000", true, 150);
-}
-
-Test(glue_cork, parse)
-{
-	unsigned us = 99;
-
-	cr_assert_eq(glue_send_cork_parse("on", &us), 0);
-	cr_assert_eq(us, GLUE_SEND_CORK_ON_US);
-	cr_assert_eq(glue_send_cork_parse("off", &us), 0);
-	cr_assert_eq(us, 0);
-	cr_assert_eq(glue_send_cork_parse("1", &us), 0);
-	cr_assert_eq(us, 1);
-	cr_assert_eq(glue_send_cork_parse("1000", &us), 0);
-	cr_assert_eq(us, GLUE_SEND_CORK_MAX_US);
-	cr_assert_eq(glue_send_cork_parse("0", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("1001", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse(NULL, &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse(" 5", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("5us", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("-1", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("ON", &us), -EINVAL);
-}
-
-Test(glue_cork, bad_setting_refuses_the_engine)
-{
-	struct glue_engine *e;
-
-	cr_assert_eq(setenv("WISP_SEND_CORK", "sometimes", 1), 0);
-	e = glue_engine_create(GLUE_EPOLL);
-	unsetenv("WISP_SEND_CORK");
-	cr_assert_null(e);
-	cr_assert_eq(errno, EINVAL);
 }

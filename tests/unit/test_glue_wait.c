@@ -9,7 +9,8 @@
  * nor receive) wherever the assertions say who sent, the peer reads
  * nothing while a wait must find no room, and the assertions are about
  * the connection's counters and the octets that arrived, never about how
- * long anything took (the deadlines only end a broken run).
+ * long anything took (the deadlines only end a broken run). The
+ * setting's parsing is in test_glue_us.c.
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
@@ -210,45 +211,6 @@ static void fill(struct wt *t)
 		glue_conn_send_post(t->c);
 	cr_assert_geq(ST(t, tx_eagain), 1, "the socket never filled");
 	cr_assert_lt(t->sent, TOTAL);
-}
-
-/* ---- the setting ---- */
-
-Test(glue_wait, parse_accepts_on_off_and_bounded_decimals)
-{
-	unsigned us = 12345;
-
-	cr_assert_eq(glue_poll_wait_parse("on", &us), 0);
-	cr_assert_eq(us, GLUE_POLL_WAIT_ON_US);
-	cr_assert_eq(glue_poll_wait_parse("off", &us), 0);
-	cr_assert_eq(us, 0);
-	cr_assert_eq(glue_poll_wait_parse("1", &us), 0);
-	cr_assert_eq(us, 1);
-	cr_assert_eq(glue_poll_wait_parse("10000", &us), 0);
-	cr_assert_eq(us, GLUE_POLL_WAIT_MAX_US);
-}
-
-Test(glue_wait, parse_refuses_everything_else)
-{
-	static const char *const bad[] = {
-		"", "0", "10001", "-1", "+5", " 5", "5 ", "5us", "0x10",
-		"ON", "auto", "1.5", "99999999999999999999999",
-	};
-	unsigned us = 777;
-
-	cr_assert_eq(glue_poll_wait_parse(NULL, &us), -EINVAL);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_assert_eq(glue_poll_wait_parse(bad[i], &us), -EINVAL,
-			     "\"%s\" was accepted", bad[i]);
-	cr_assert_eq(us, 777, "a refused value left *us alone");
-}
-
-Test(glue_wait, bad_environment_value_fails_the_engine)
-{
-	setenv("WISP_POLL_WAIT_US", "soon", 1);
-	cr_assert_null(glue_engine_create(GLUE_EPOLL));
-	cr_assert_eq(errno, EINVAL);
-	unsetenv("WISP_POLL_WAIT_US");
 }
 
 /* ---- the wait ---- */
