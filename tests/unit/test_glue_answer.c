@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 #include "glue_stats.h"
 
 #define US 1000ll            /* ns */
@@ -270,14 +270,6 @@ static const struct glue_conn_ops at_ops = {
 	.ended = at_ended,
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The peer: reads each message and, while echo_on, answers it at once
  * with MSG octets (split: 4 now, 4 once the test releases them). */
 static void *echo_main(void *arg)
@@ -331,35 +323,22 @@ static void at_up(struct at *t, enum glue_kind kind, const char *setting)
 	setenv("WISP_POST_POLL", setting, 1);
 	setenv("WISP_BUSY_POLL_US", "0", 1);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	t->e = glue_engine_create(kind);
+	t->e = engine_or_skip(kind);
 	unsetenv("WISP_POST_POLL");
 	unsetenv("WISP_BUSY_POLL_US");
-	if (!t->e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(t->e);
 	t->c = glue_conn_add(t->e, sv[0], &at_ops, t);
 	cr_assert_not_null(t->c);
 	t->peer = sv[1];
 	cr_assert_eq(pthread_create(&t->echo, NULL, echo_main, t), 0);
 }
 
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, true);
-}
-
 static void at_down(struct at *t)
 {
-	int64_t end = ms_now() + 10000;
-
 	atomic_store(&t->stop, true);
 	pthread_join(t->echo, NULL);
 	glue_engine_call(t->e, close_cmd, t->c);
 	close(t->peer);
-	while (!atomic_load(&t->ended)) {
-		cr_assert_lt(ms_now(), end, "the connection never ended");
-		usleep(1000);
-	}
+	cr_assert(wait_flag(&t->ended, 10000), "the connection never ended");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
 }
@@ -388,7 +367,7 @@ static bool at_post(struct at *t)
 	return atomic_load(&t->got) >= want;
 }
 
-#define ST(t, f) atomic_load(&glue_conn_stats((t)->c)->f)
+#define ST(t, f) CONN_ST((t)->c, f)
 
 /* Receives the engine made: all, less those of polling and posting
  * threads. */
