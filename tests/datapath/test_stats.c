@@ -772,12 +772,27 @@ static void *pp_echo(void *arg)
 	return NULL;
 }
 
-static void pp_setup(struct dp_pair *p, struct pp_side *a, struct pp_side *b,
-		     bool send)
-{
-	struct pp_side *s[2] = { a, b };
-	struct dp_side *d[2] = { &p->a, &p->b };
+/* What both ping-pong tests run on: WISP_POST_POLL at its largest bound
+ * (so that a loaded machine still shows a wait), a connected pair with
+ * its stats file, and a side of 16 octets on each QP. */
+struct pp_rig {
+	struct dp_pair p;
+	struct pp_side a, b;
+	const struct wisp_stats_counts *ca, *cb;
+};
 
+static void pp_start(struct pp_rig *r, bool send)
+{
+	struct pp_side *s[2] = { &r->a, &r->b };
+	struct dp_side *d[2] = { &r->p.a, &r->p.b };
+	const struct wisp_stats_file *f;
+
+	cr_assert_eq(setenv("WISP_POST_POLL", "10000", 1), 0);
+	stats_dir();
+	dp_setup(&r->p, &defaults);
+	f = own_file();
+	r->ca = qp_counts(f, r->p.a.qp);
+	r->cb = qp_counts(f, r->p.b.qp);
 	for (int k = 0; k < 2; k++) {
 		memset(s[k], 0, sizeof(*s[k]));
 		s[k]->qp = d[k]->qp;
@@ -788,10 +803,21 @@ static void pp_setup(struct dp_pair *p, struct pp_side *a, struct pp_side *b,
 		if (send)
 			post_recv(s[k]->qp, s[k]->mr, s[k]->buf, 8, 0);
 	}
-	a->raddr = (uintptr_t)b->buf;
-	a->rkey = b->mr->rkey;
-	b->raddr = (uintptr_t)a->buf;
-	b->rkey = a->mr->rkey;
+	r->a.raddr = (uintptr_t)r->b.buf;
+	r->a.rkey = r->b.mr->rkey;
+	r->b.raddr = (uintptr_t)r->a.buf;
+	r->b.rkey = r->a.mr->rkey;
+}
+
+static void pp_stop(struct pp_rig *r)
+{
+	ibv_dereg_mr(r->a.mr);
+	ibv_dereg_mr(r->b.mr);
+	free(r->a.buf);
+	free(r->b.buf);
+	dp_teardown(&r->p, &defaults);
+	unsetenv("WISP_POST_POLL");
+	stats_dir_rm();
 }
 
 /* One round of PP_ROUNDS round trips from a, numbered from first. */
@@ -812,69 +838,38 @@ static void pp_round(struct pp_side *a, struct pp_side *b, long first)
 
 Test(stats, write_ping_pong_answer_placed_by_the_poster, .timeout = 120)
 {
-	const struct wisp_stats_counts *ca, *cb;
-	const struct wisp_stats_file *f;
-	struct pp_side a, b;
-	struct dp_pair p;
+	struct pp_rig r;
 	long first = 1;
 	int64_t end;
 
-	/* The largest bound, so that a loaded machine still shows it. */
-	cr_assert_eq(setenv("WISP_POST_POLL", "10000", 1), 0);
-	stats_dir();
-	dp_setup(&p, &defaults);
-	f = own_file();
-	ca = qp_counts(f, p.a.qp);
-	cb = qp_counts(f, p.b.qp);
-	pp_setup(&p, &a, &b, false);
+	pp_start(&r, false);
 	/* A post may also return late enough (the thread descheduled) to
 	 * find an answer the engine placed: what counts is the posting
 	 * thread's own receive of a whole answer, sock_rx_post_hits. */
 	for (end = dp_now_ms() + PP_SECONDS * 1000;
-	     !(a.placed && V(ca, sock.rx_post_hits)) && dp_now_ms() < end;
+	     !(r.a.placed && V(r.ca, sock.rx_post_hits)) && dp_now_ms() < end;
 	     first += PP_ROUNDS)
-		pp_round(&a, &b, first);
-	cr_assert_gt(V(ca, sock.rx_post_hits), 0, "%ld round trips, none "
+		pp_round(&r.a, &r.b, first);
+	cr_assert_gt(V(r.ca, sock.rx_post_hits), 0, "%ld round trips, none "
 		     "whose answer a's posting thread received", first - 1);
-	cr_assert_gt(a.placed, 0);
-	cr_assert_geq(V(ca, sock.rx_post_waits), V(ca, sock.rx_post_hits));
-	cr_assert_geq(V(ca, sock.rx_direct), V(ca, sock.rx_post_hits));
-	cr_assert_geq(V(cb, sock.rx_post_waits), V(cb, sock.rx_post_hits));
-	cr_assert_eq(V(ca, core.flushed) + V(cb, core.flushed), 0);
-	ibv_dereg_mr(a.mr);
-	ibv_dereg_mr(b.mr);
-	free(a.buf);
-	free(b.buf);
-	dp_teardown(&p, &defaults);
-	unsetenv("WISP_POST_POLL");
-	stats_dir_rm();
+	cr_assert_gt(r.a.placed, 0);
+	cr_assert_geq(V(r.ca, sock.rx_post_waits), V(r.ca, sock.rx_post_hits));
+	cr_assert_geq(V(r.ca, sock.rx_direct), V(r.ca, sock.rx_post_hits));
+	cr_assert_geq(V(r.cb, sock.rx_post_waits), V(r.cb, sock.rx_post_hits));
+	cr_assert_eq(V(r.ca, core.flushed) + V(r.cb, core.flushed), 0);
+	pp_stop(&r);
 }
 
 Test(stats, send_ping_pong_never_waits, .timeout = 120)
 {
-	const struct wisp_stats_counts *ca, *cb;
-	const struct wisp_stats_file *f;
-	struct pp_side a, b;
-	struct dp_pair p;
+	struct pp_rig r;
 
-	cr_assert_eq(setenv("WISP_POST_POLL", "10000", 1), 0);
-	stats_dir();
-	dp_setup(&p, &defaults);
-	f = own_file();
-	ca = qp_counts(f, p.a.qp);
-	cb = qp_counts(f, p.b.qp);
-	pp_setup(&p, &a, &b, true);
-	pp_round(&a, &b, 1);
-	cr_assert_eq(V(ca, sock.rx_post_waits), 0,
+	pp_start(&r, true);
+	pp_round(&r.a, &r.b, 1);
+	cr_assert_eq(V(r.ca, sock.rx_post_waits), 0,
 		     "a SEND ping-pong's post waited for its answer");
-	cr_assert_eq(V(cb, sock.rx_post_waits), 0);
-	cr_assert_eq(V(ca, core.rx_msgs[0x3]), PP_ROUNDS);
-	cr_assert_eq(V(cb, core.rx_msgs[0x3]), PP_ROUNDS);
-	ibv_dereg_mr(a.mr);
-	ibv_dereg_mr(b.mr);
-	free(a.buf);
-	free(b.buf);
-	dp_teardown(&p, &defaults);
-	unsetenv("WISP_POST_POLL");
-	stats_dir_rm();
+	cr_assert_eq(V(r.cb, sock.rx_post_waits), 0);
+	cr_assert_eq(V(r.ca, core.rx_msgs[0x3]), PP_ROUNDS);
+	cr_assert_eq(V(r.cb, core.rx_msgs[0x3]), PP_ROUNDS);
+	pp_stop(&r);
 }

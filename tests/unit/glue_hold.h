@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Shared by the tcp-glue suites: a monotonic clock in milliseconds, and
- * the engine thread held in a command (glue_engine_call) until let go,
- * so that it can neither send nor receive while a test drives a
- * connection from its own thread.
+ * Shared by the tcp-glue suites: a monotonic clock in microseconds and
+ * in milliseconds, and the engine thread held in a command
+ * (glue_engine_call) until let go, so that it can neither send nor
+ * receive while a test drives a connection from its own thread.
  */
 #ifndef WISP_GLUE_HOLD_H
 #define WISP_GLUE_HOLD_H
@@ -18,12 +18,17 @@
 
 #include "glue.h"
 
-static inline int64_t ms_now(void)
+static inline int64_t us_now(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline int64_t ms_now(void)
+{
+	return us_now() / 1000;
 }
 
 struct engine_hold {

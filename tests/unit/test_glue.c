@@ -17,10 +17,10 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 #include "glue_stats.h"
 
 struct fdt {
@@ -114,19 +114,6 @@ static void *poller_main(void *arg)
 	return NULL;
 }
 
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, true);
-}
-
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void close_under_poller(enum glue_kind kind)
 {
 	static const char stolen[] = "another file's octets";
@@ -143,10 +130,7 @@ static void close_under_poller(enum glue_kind kind)
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, other), 0);
 	cr_assert_eq(send(other[1], stolen, sizeof(stolen), 0),
 		     (ssize_t)sizeof(stolen));
-	e = glue_engine_create(kind);
-	if (!e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(e);
+	e = engine_or_skip(kind);
 	t.e = e;
 	fd = sv[0];
 	t.c = glue_conn_add(e, fd, &fdt_ops, &t);
@@ -180,10 +164,7 @@ static void close_under_poller(enum glue_kind kind)
 	cr_assert_eq(t.got, 0, "the poller received %zu octets of another "
 		     "file", t.got);
 	cr_assert(!closed, "the descriptor was closed under the poller");
-	for (int64_t end = ms_now() + 5000;
-	     ms_now() < end && !atomic_load(&t.ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&t.ended), "the connection ended");
+	cr_assert(wait_flag(&t.ended, 5000), "the connection ended");
 	glue_conn_free(t.c);
 	glue_engine_destroy(e);
 	if (closed)
@@ -269,10 +250,7 @@ static void rx_direct_counts_the_poller(enum glue_kind kind)
 	atomic_init(&w.octets, 0);
 	atomic_init(&w.ended, false);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	w.e = glue_engine_create(kind);
-	if (!w.e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(w.e);
+	w.e = engine_or_skip(kind);
 	c = glue_conn_add(w.e, sv[0], &who_ops, &w);
 	cr_assert_not_null(c);
 
@@ -319,10 +297,7 @@ static void rx_direct_counts_the_poller(enum glue_kind kind)
 	cr_assert_eq(atomic_load(&st->rx_octets), sent);
 
 	close(sv[1]);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&w.ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&w.ended), "the connection did not end");
+	cr_assert(wait_flag(&w.ended, 10000), "the connection did not end");
 	glue_conn_free(c);
 	glue_engine_destroy(w.e);
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_glue_answer.c - a posting thread waits for its ping-pong's answer
- * (WISP_POST_POLL, glue_engine.c "Waiting for the answer").
+ * (WISP_POST_POLL, glue_engine.c "Waiting for the answer"). The
+ * setting's parsing is in test_glue_us.c.
  *
  * The detector (struct glue_answer) is driven with a clock of the
  * test's: it turns on after GLUE_ANSWER_STREAK lone posts answered in
@@ -26,53 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 #include "glue_stats.h"
 
 #define US 1000ll            /* ns */
 #define MAX_NS (100 * US)
-
-/* ---- the setting ---- */
-
-Test(glue_answer, parse_accepts_on_off_and_bounded_decimals)
-{
-	unsigned us = 12345;
-
-	cr_assert_eq(glue_post_poll_parse("on", &us), 0);
-	cr_assert_eq(us, GLUE_POST_POLL_ON_US);
-	cr_assert_eq(glue_post_poll_parse("off", &us), 0);
-	cr_assert_eq(us, 0);
-	cr_assert_eq(glue_post_poll_parse("1", &us), 0);
-	cr_assert_eq(us, 1);
-	cr_assert_eq(glue_post_poll_parse("10000", &us), 0);
-	cr_assert_eq(us, GLUE_POST_POLL_MAX_US);
-}
-
-Test(glue_answer, parse_refuses_everything_else)
-{
-	static const char *const bad[] = {
-		"", "0", "10001", "-1", "+5", " 5", "5 ", "5us", "0x10",
-		"ON", "auto", "99999999999999999999999", "1.5",
-	};
-	unsigned us = 777;
-
-	cr_assert_eq(glue_post_poll_parse(NULL, &us), -EINVAL);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_assert_eq(glue_post_poll_parse(bad[i], &us), -EINVAL,
-			     "\"%s\" was accepted", bad[i]);
-	cr_assert_eq(us, 777, "a refused value left *us alone");
-}
-
-Test(glue_answer, bad_environment_value_fails_the_engine)
-{
-	setenv("WISP_POST_POLL", "always", 1);
-	cr_assert_null(glue_engine_create(GLUE_EPOLL));
-	cr_assert_eq(errno, EINVAL);
-	unsetenv("WISP_POST_POLL");
-}
 
 /* ---- the detector, on the test's clock ---- */
 
@@ -308,14 +270,6 @@ static const struct glue_conn_ops at_ops = {
 	.ended = at_ended,
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The peer: reads each message and, while echo_on, answers it at once
  * with MSG octets (split: 4 now, 4 once the test releases them). */
 static void *echo_main(void *arg)
@@ -369,35 +323,22 @@ static void at_up(struct at *t, enum glue_kind kind, const char *setting)
 	setenv("WISP_POST_POLL", setting, 1);
 	setenv("WISP_BUSY_POLL_US", "0", 1);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	t->e = glue_engine_create(kind);
+	t->e = engine_or_skip(kind);
 	unsetenv("WISP_POST_POLL");
 	unsetenv("WISP_BUSY_POLL_US");
-	if (!t->e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(t->e);
 	t->c = glue_conn_add(t->e, sv[0], &at_ops, t);
 	cr_assert_not_null(t->c);
 	t->peer = sv[1];
 	cr_assert_eq(pthread_create(&t->echo, NULL, echo_main, t), 0);
 }
 
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, true);
-}
-
 static void at_down(struct at *t)
 {
-	int64_t end = ms_now() + 10000;
-
 	atomic_store(&t->stop, true);
 	pthread_join(t->echo, NULL);
 	glue_engine_call(t->e, close_cmd, t->c);
 	close(t->peer);
-	while (!atomic_load(&t->ended)) {
-		cr_assert_lt(ms_now(), end, "the connection never ended");
-		usleep(1000);
-	}
+	cr_assert(wait_flag(&t->ended, 10000), "the connection never ended");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
 }
@@ -426,7 +367,7 @@ static bool at_post(struct at *t)
 	return atomic_load(&t->got) >= want;
 }
 
-#define ST(t, f) atomic_load(&glue_conn_stats((t)->c)->f)
+#define ST(t, f) CONN_ST((t)->c, f)
 
 /* Receives the engine made: all, less those of polling and posting
  * threads. */

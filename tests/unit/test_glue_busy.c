@@ -16,10 +16,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 #include "glue_stats.h"
 
 /* ---- the setting ---- */
@@ -126,14 +126,6 @@ static const struct glue_conn_ops bt_ops = {
 	.ended = bt_ended,
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t cpu_ms(void)
 {
 	struct rusage ru;
@@ -159,10 +151,7 @@ static void rig_up(struct rig *r, enum glue_kind kind, const char *us)
 	atomic_init(&r->t.ended, false);
 	setenv("WISP_BUSY_POLL_US", us, 1);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	r->e = glue_engine_create(kind);
-	if (!r->e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(r->e);
+	r->e = engine_or_skip(kind);
 	r->c = glue_conn_add(r->e, sv[0], &bt_ops, &r->t);
 	cr_assert_not_null(r->c);
 	r->peer = sv[1];
@@ -181,21 +170,11 @@ static void rig_ping(struct rig *r)
 	}
 }
 
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, true);
-}
-
 static void rig_down(struct rig *r)
 {
-	int64_t end = ms_now() + 10000;
-
 	glue_engine_call(r->e, close_cmd, r->c);
 	close(r->peer);
-	while (!atomic_load(&r->t.ended)) {
-		cr_assert_lt(ms_now(), end, "the connection never ended");
-		usleep(1000);
-	}
+	cr_assert(wait_flag(&r->t.ended, 10000), "the connection never ended");
 	glue_conn_free(r->c);
 	glue_engine_destroy(r->e);
 }

@@ -7,7 +7,8 @@
  * poller that finds nothing (glue_conn_recv_now, glue_conn_send_poll) or
  * arms its CQ (glue_conn_release) while the engine cannot run. Sends
  * that are not posts never cork, nor does anything with the setting off.
- * The setting's strict parsing.
+ * The setting's parsing is in test_glue_us.c, with the other two
+ * settings in microseconds.
  *
  * The test posts POSTS chunks of CHUNK octets from one thread, one
  * glue_conn_send_post each, as ibv_post_send does; the peer is a plain
@@ -19,10 +20,7 @@
  * generous deadline; how soon it arrived is only logged.
  */
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -30,11 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
-#include "glue_hold.h"
+#include "glue_pair.h"
 #include "glue_stats.h"
 
 #define POSTS 64
@@ -55,14 +52,6 @@ struct ct {
 	struct engine_hold hold;
 };
 
-
-static int64_t us_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static uint8_t pattern(size_t i)
 {
@@ -130,31 +119,6 @@ static const struct glue_conn_ops ct_ops = {
 	.ended = ct_ended,
 };
 
-/* A loopback TCP pair: *a for the engine (its MSS clamped to mss
- * unless 0), *b the test's peer. */
-static void tcp_pair(int *a, int *b, int mss)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sin);
-	int lfd;
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(lfd >= 0);
-	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	cr_assert_eq(listen(lfd, 1), 0);
-	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
-	*a = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(*a >= 0);
-	if (mss)
-		cr_assert_eq(setsockopt(*a, IPPROTO_TCP, TCP_MAXSEG, &mss,
-					sizeof(mss)), 0);
-	cr_assert_eq(connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	*b = accept(lfd, NULL, NULL);
-	cr_assert(*b >= 0);
-	close(lfd);
-}
-
 /* An engine with WISP_SEND_CORK=setting and one connection to t->peer
  * (its MSS clamped to mss unless 0). */
 static void ct_start_mss(struct ct *t, enum glue_kind kind,
@@ -168,12 +132,9 @@ static void ct_start_mss(struct ct *t, enum glue_kind kind,
 	atomic_init(&t->queued, 0);
 	atomic_init(&t->ended, false);
 	cr_assert_eq(setenv("WISP_SEND_CORK", setting, 1), 0);
-	t->e = glue_engine_create(kind);
+	t->e = engine_or_skip(kind);
 	unsetenv("WISP_SEND_CORK");
-	if (!t->e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(t->e);
-	tcp_pair(&fd, &t->peer, mss);
+	tcp_pair(&fd, &t->peer, &(struct tcp_pair_opts){ .mss = mss });
 	t->c = glue_conn_add(t->e, fd, &ct_ops, t);
 	cr_assert_not_null(t->c);
 }
@@ -186,23 +147,12 @@ static void ct_start(struct ct *t, enum glue_kind kind, const char *setting)
 static void ct_finish(struct ct *t)
 {
 	close(t->peer);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&t->ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&t->ended), "the connection did not end");
+	cr_assert(wait_flag(&t->ended, 10000), "the connection did not end");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
 }
 
-static uint64_t st(const struct ct *t, size_t off)
-{
-	const struct glue_conn_stats *s = glue_conn_stats(t->c);
-
-	return atomic_load((const _Atomic uint64_t *)
-			   ((const char *)s + off));
-}
-
-#define ST(t, f) st(t, offsetof(struct glue_conn_stats, f))
+#define ST(t, f) CONN_ST((t)->c, f)
 
 /* Post chunks, one send each, as ibv_post_send does (post) or as the
  * other callers of glue_conn_send_now do: POSTS of them, and if a cork
@@ -366,37 +316,4 @@ Test(glue_cork, off_never_corks, .timeout = 60)
 Test(glue_cork, sends_over_half_the_mss_never_cork, .timeout = 60)
 {
 	never_corks("1000", true, 150);
-}
-
-Test(glue_cork, parse)
-{
-	unsigned us = 99;
-
-	cr_assert_eq(glue_send_cork_parse("on", &us), 0);
-	cr_assert_eq(us, GLUE_SEND_CORK_ON_US);
-	cr_assert_eq(glue_send_cork_parse("off", &us), 0);
-	cr_assert_eq(us, 0);
-	cr_assert_eq(glue_send_cork_parse("1", &us), 0);
-	cr_assert_eq(us, 1);
-	cr_assert_eq(glue_send_cork_parse("1000", &us), 0);
-	cr_assert_eq(us, GLUE_SEND_CORK_MAX_US);
-	cr_assert_eq(glue_send_cork_parse("0", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("1001", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse(NULL, &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse(" 5", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("5us", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("-1", &us), -EINVAL);
-	cr_assert_eq(glue_send_cork_parse("ON", &us), -EINVAL);
-}
-
-Test(glue_cork, bad_setting_refuses_the_engine)
-{
-	struct glue_engine *e;
-
-	cr_assert_eq(setenv("WISP_SEND_CORK", "sometimes", 1), 0);
-	e = glue_engine_create(GLUE_EPOLL);
-	unsetenv("WISP_SEND_CORK");
-	cr_assert_null(e);
-	cr_assert_eq(errno, EINVAL);
 }

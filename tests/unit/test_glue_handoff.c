@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 
 struct ho {
 	struct glue_engine *e;
@@ -36,14 +36,6 @@ struct ho {
 	atomic_bool cmd_done;
 	atomic_bool ended;
 };
-
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int ho_rx_want(void *arg, struct iovec *iov, int cap)
 {
@@ -111,11 +103,6 @@ static void *poster_main(void *arg)
 	return NULL;
 }
 
-static void noop_cmd(void *arg)
-{
-	(void)arg;
-}
-
 /* Two commands in turn: the engine makes at least one pass over its
  * ready connections between them, so the kick made before the first is
  * acted on before the second can complete. */
@@ -129,19 +116,6 @@ static void *caller_main(void *arg)
 	return NULL;
 }
 
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, true);
-}
-
-/* Wait up to 10 s for *flag. */
-static bool wait_flag(atomic_bool *flag)
-{
-	for (int64_t end = ms_now() + 10000; ms_now() < end; usleep(200))
-		if (atomic_load(flag))
-			return true;
-	return false;
-}
 
 static void engine_leaves_a_held_tx_side(enum glue_kind kind)
 {
@@ -153,10 +127,7 @@ static void engine_leaves_a_held_tx_side(enum glue_kind kind)
 	memset(&h, 0, sizeof(h));
 	setenv("WISP_BUSY_POLL_US", "0", 1);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	h.e = glue_engine_create(kind);
-	if (!h.e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(h.e);
+	h.e = engine_or_skip(kind);
 	h.c = glue_conn_add(h.e, sv[0], &ho_ops, &h);
 	cr_assert_not_null(h.c);
 	h.peer = sv[1];
@@ -167,13 +138,13 @@ static void engine_leaves_a_held_tx_side(enum glue_kind kind)
 
 	/* A posting thread takes the transmit side and stays in it. */
 	cr_assert_eq(pthread_create(&poster, NULL, poster_main, &h), 0);
-	cr_assert(wait_flag(&h.poster_in), "the poster never filled");
+	cr_assert(wait_flag(&h.poster_in, 10000), "the poster never filled");
 	fills = atomic_load(&h.engine_fills);
 
 	/* The engine is asked to send on c, then to run commands. */
 	glue_conn_kick(h.c);
 	cr_assert_eq(pthread_create(&caller, NULL, caller_main, &h), 0);
-	done = wait_flag(&h.cmd_done);
+	done = wait_flag(&h.cmd_done, 10000);
 	during = atomic_load(&h.engine_fills);
 	/* Let the poster go in any case, so that a failure ends cleanly. */
 	atomic_store(&h.release, true);
@@ -190,7 +161,7 @@ static void engine_leaves_a_held_tx_side(enum glue_kind kind)
 
 	glue_engine_call(h.e, close_cmd, h.c);
 	close(h.peer);
-	cr_assert(wait_flag(&h.ended), "the connection never ended");
+	cr_assert(wait_flag(&h.ended, 10000), "the connection never ended");
 	glue_conn_free(h.c);
 	glue_engine_destroy(h.e);
 }

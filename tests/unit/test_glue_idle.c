@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 
 #define PIECES 200              /* iovecs in the first message */
 #define PIECE  16
@@ -96,11 +96,6 @@ static void o_ended(void *arg, int reason)
 	atomic_store(&o->ended, true);
 }
 
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, false);
-}
-
 static bool o_idle(void *arg)
 {
 	struct owner *o = arg;
@@ -117,14 +112,6 @@ static const struct glue_conn_ops o_ops = {
 	.tx_done = o_tx_done,
 	.tx_fill = o_tx_fill,
 };
-
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Queue len octets of pattern seed and read them whole at fd. */
 static void send_and_check(struct owner *o, struct glue_conn *c, int fd,
@@ -174,10 +161,7 @@ static void idle_cycle(enum glue_kind kind)
 	pthread_mutex_init(&o->lock, NULL);
 	atomic_store(&o->idle_held, true);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	e = glue_engine_create(kind);
-	if (!e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(e);
+	e = engine_or_skip(kind);
 	c = glue_conn_add(e, sv[0], &o_ops, o);
 	cr_assert_not_null(c);
 	cr_assert_eq(atomic_load(&o->idle_calls), 0);
@@ -198,11 +182,8 @@ static void idle_cycle(enum glue_kind kind)
 	send_and_check(o, c, sv[1], 100, 9);
 	cr_assert_eq(atomic_load(&o->cap_last), GLUE_TX_IOV_SMALL);
 
-	glue_engine_call(e, close_cmd, c);
-	for (int64_t end = ms_now() + 10000;
-	     !atomic_load(&o->ended) && ms_now() < end;)
-		usleep(1000);
-	cr_assert(atomic_load(&o->ended));
+	glue_engine_call(e, close_now_cmd, c);
+	cr_assert(wait_flag(&o->ended, 10000));
 	glue_conn_free(c);
 	glue_engine_destroy(e);
 	close(sv[1]);

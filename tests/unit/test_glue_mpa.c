@@ -4,7 +4,6 @@
  * loopback TCP: whole frames in pieces, never a byte past the frame,
  * timeouts, frames cut short, bad keys, refused connects.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "glue_mpa.h"
+#include "glue_pair.h"
 #include "test_util.h"
 
 #define KEY_REQ 'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'q', ' ', \
@@ -249,26 +249,11 @@ Test(glue_mpa, write_times_out_when_peer_does_not_read)
 	close(sv[1]);
 }
 
-static int listener(struct sockaddr_in *sin)
-{
-	socklen_t len = sizeof(*sin);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	cr_assert_geq(fd, 0);
-	memset(sin, 0, sizeof(*sin));
-	sin->sin_family = AF_INET;
-	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(bind(fd, (struct sockaddr *)sin, sizeof(*sin)), 0);
-	cr_assert_eq(listen(fd, 4), 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)sin, &len), 0);
-	return fd;
-}
-
 Test(glue_mpa, connect_and_exchange_over_loopback)
 {
 	struct sockaddr_in sin;
 	uint8_t buf[GLUE_MPA_FRAME_MAX];
-	int l = listener(&sin);
+	int l = loopback_listener(&sin, 0);
 	int c = socket(AF_INET, SOCK_STREAM, 0);
 	int a;
 
@@ -287,7 +272,7 @@ Test(glue_mpa, connect_and_exchange_over_loopback)
 Test(glue_mpa, connect_refused_promptly)
 {
 	struct sockaddr_in sin;
-	int l = listener(&sin);
+	int l = loopback_listener(&sin, 0);
 	int c = socket(AF_INET, SOCK_STREAM, 0);
 
 	/* The port was just in use and is now closed: nobody listens. */

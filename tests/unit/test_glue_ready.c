@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 
 #define NCONN 300
 #define GREETING "hello, peer"
@@ -93,29 +93,6 @@ static const struct glue_conn_ops rc_ops = {
 	.tx_fill = rc_tx_fill,
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static struct glue_engine *engine(enum glue_kind kind)
-{
-	struct glue_engine *e = glue_engine_create(kind);
-
-	if (!e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(e, "glue_engine_create: %s", strerror(errno));
-	return e;
-}
-
-static void close_cmd(void *arg)
-{
-	glue_conn_close(arg, 0, false);
-}
-
 /* Read what the engine sent to peer fd (blocking, bounded by a receive
  * timeout). */
 static size_t read_greeting(int fd, char *buf, size_t len)
@@ -139,7 +116,7 @@ static size_t read_greeting(int fd, char *buf, size_t len)
 static void burst(enum glue_kind kind)
 {
 	static struct rc rcs[NCONN];
-	struct glue_engine *e = engine(kind);
+	struct glue_engine *e = engine_or_skip(kind);
 	int64_t end;
 	int i;
 
@@ -214,18 +191,15 @@ Test(glue_ready, burst_of_connections_all_served_epoll, .timeout = 60)
 Test(glue_ready, refused_socket_ends_with_the_errno, .timeout = 30)
 {
 	char path[] = "/tmp/wisp-glue-ready-XXXXXX";
-	struct glue_engine *e = engine(GLUE_EPOLL);
+	struct glue_engine *e = engine_or_skip(GLUE_EPOLL);
 	struct rc r = { 0 };
 	int fd = mkstemp(path);
-	int64_t end;
 
 	cr_assert_geq(fd, 0, "mkstemp: %s", strerror(errno));
 	unlink(path);
 	r.c = glue_conn_add(e, fd, &rc_ops, &r);
 	cr_assert_not_null(r.c, "glue_conn_add: %s", strerror(errno));
-	for (end = ms_now() + 10000; !atomic_load(&r.ended) && ms_now() < end;)
-		usleep(1000);
-	cr_assert(atomic_load(&r.ended), "the connection did not end");
+	cr_assert(wait_flag(&r.ended, 10000), "the connection did not end");
 	cr_assert_eq(atomic_load(&r.reason), EPERM, "reason %d",
 		     atomic_load(&r.reason));
 	cr_assert(fcntl(fd, F_GETFD) < 0 && errno == EBADF,
@@ -238,19 +212,16 @@ Test(glue_ready, refused_socket_ends_with_the_errno, .timeout = 30)
  * engine took it over, ends once. */
 static void close_before_adopted(enum glue_kind kind)
 {
-	struct glue_engine *e = engine(kind);
+	struct glue_engine *e = engine_or_skip(kind);
 	struct rc r = { 0 };
 	int sv[2];
-	int64_t end;
 
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	r.c = glue_conn_add(e, sv[0], &rc_ops, &r);
 	cr_assert_not_null(r.c);
 	glue_conn_close_soon(r.c);
-	glue_engine_call(e, close_cmd, r.c);
-	for (end = ms_now() + 10000; !atomic_load(&r.ended) && ms_now() < end;)
-		usleep(1000);
-	cr_assert(atomic_load(&r.ended), "the connection did not end");
+	glue_engine_call(e, close_now_cmd, r.c);
+	cr_assert(wait_flag(&r.ended, 10000), "the connection did not end");
 	cr_assert_eq(atomic_load(&r.reason), 0);
 	glue_conn_free(r.c);
 	glue_engine_destroy(e);

@@ -9,22 +9,20 @@
  * nor receive) wherever the assertions say who sent, the peer reads
  * nothing while a wait must find no room, and the assertions are about
  * the connection's counters and the octets that arrived, never about how
- * long anything took (the deadlines only end a broken run).
+ * long anything took (the deadlines only end a broken run). The
+ * setting's parsing is in test_glue_us.c.
  */
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
-#include "glue_hold.h"
+#include "glue_pair.h"
 #include "glue_stats.h"
 
 #define TOTAL (4u << 20)          /* octets the stream carries */
@@ -104,32 +102,6 @@ static const struct glue_conn_ops wt_ops = {
 	.ended = wt_ended,
 };
 
-/* A loopback TCP pair with small buffers: *a for the engine, *b the
- * test's peer. */
-static void tcp_pair(int *a, int *b)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sin);
-	int lfd, sz = BUF;
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(lfd >= 0);
-	cr_assert_eq(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &sz,
-				sizeof(sz)), 0);
-	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	cr_assert_eq(listen(lfd, 1), 0);
-	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
-	*a = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(*a >= 0);
-	cr_assert_eq(setsockopt(*a, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)),
-		     0);
-	cr_assert_eq(connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	*b = accept(lfd, NULL, NULL);
-	cr_assert(*b >= 0);
-	close(lfd);
-}
-
 static void wt_start(struct wt *t, enum glue_kind kind, const char *setting)
 {
 	int fd;
@@ -144,12 +116,11 @@ static void wt_start(struct wt *t, enum glue_kind kind, const char *setting)
 	atomic_init(&t->ended, false);
 	if (setting)
 		cr_assert_eq(setenv("WISP_POLL_WAIT_US", setting, 1), 0);
-	t->e = glue_engine_create(kind);
+	t->e = engine_or_skip(kind);
 	unsetenv("WISP_POLL_WAIT_US");
-	if (!t->e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(t->e);
-	tcp_pair(&fd, &t->peer);
+	/* Small buffers at both ends. */
+	tcp_pair(&fd, &t->peer,
+		 &(struct tcp_pair_opts){ .sndbuf = BUF, .rcvbuf = BUF });
 	t->c = glue_conn_add(t->e, fd, &wt_ops, t);
 	cr_assert_not_null(t->c);
 }
@@ -157,24 +128,13 @@ static void wt_start(struct wt *t, enum glue_kind kind, const char *setting)
 static void wt_finish(struct wt *t)
 {
 	close(t->peer);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&t->ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&t->ended), "the connection did not end");
+	cr_assert(wait_flag(&t->ended, 10000), "the connection did not end");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
 	free(t->buf);
 }
 
-static uint64_t st(const struct wt *t, size_t off)
-{
-	const struct glue_conn_stats *s = glue_conn_stats(t->c);
-
-	return atomic_load((const _Atomic uint64_t *)
-			   ((const char *)s + off));
-}
-
-#define ST(t, f) st(t, offsetof(struct glue_conn_stats, f))
+#define ST(t, f) CONN_ST((t)->c, f)
 
 /* Keep the engine thread in a command (glue_hold.h), once it adopted
  * the socket (its first visit also asks tx_fill once, which has
@@ -212,43 +172,33 @@ static void fill(struct wt *t)
 	cr_assert_lt(t->sent, TOTAL);
 }
 
-/* ---- the setting ---- */
-
-Test(glue_wait, parse_accepts_on_off_and_bounded_decimals)
+/* glue_conns_wait_tx on t's connection alone; rx: the caller also
+ * receives on it. */
+static bool wt_wait(struct wt *t, bool rx)
 {
-	unsigned us = 12345;
-
-	cr_assert_eq(glue_poll_wait_parse("on", &us), 0);
-	cr_assert_eq(us, GLUE_POLL_WAIT_ON_US);
-	cr_assert_eq(glue_poll_wait_parse("off", &us), 0);
-	cr_assert_eq(us, 0);
-	cr_assert_eq(glue_poll_wait_parse("1", &us), 0);
-	cr_assert_eq(us, 1);
-	cr_assert_eq(glue_poll_wait_parse("10000", &us), 0);
-	cr_assert_eq(us, GLUE_POLL_WAIT_MAX_US);
+	return glue_conns_wait_tx(&t->c, &rx, 1);
 }
 
-Test(glue_wait, parse_refuses_everything_else)
+/* What most cases start from: an engine with WISP_POLL_WAIT_US=setting,
+ * held, and the stream posted until the socket is full. */
+static void wt_start_full(struct wt *t, enum glue_kind kind,
+			  const char *setting)
 {
-	static const char *const bad[] = {
-		"", "0", "10001", "-1", "+5", " 5", "5 ", "5us", "0x10",
-		"ON", "auto", "1.5", "99999999999999999999999",
-	};
-	unsigned us = 777;
-
-	cr_assert_eq(glue_poll_wait_parse(NULL, &us), -EINVAL);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_assert_eq(glue_poll_wait_parse(bad[i], &us), -EINVAL,
-			     "\"%s\" was accepted", bad[i]);
-	cr_assert_eq(us, 777, "a refused value left *us alone");
+	wt_start(t, kind, setting);
+	wt_hold(t);
+	fill(t);
 }
 
-Test(glue_wait, bad_environment_value_fails_the_engine)
+/* The peer reads, checking, until want octets arrived (within 20 s). */
+static void peer_read(struct wt *t, size_t want)
 {
-	setenv("WISP_POLL_WAIT_US", "soon", 1);
-	cr_assert_null(glue_engine_create(GLUE_EPOLL));
-	cr_assert_eq(errno, EINVAL);
-	unsetenv("WISP_POLL_WAIT_US");
+	for (int64_t end = ms_now() + 20000;
+	     t->checked < want && ms_now() < end;) {
+		peer_drain(t);
+		usleep(500);
+	}
+	cr_assert_eq(t->checked, want, "%zu of %zu octets arrived",
+		     t->checked, want);
 }
 
 /* ---- the wait ---- */
@@ -261,17 +211,12 @@ Test(glue_wait, bad_environment_value_fails_the_engine)
  */
 static void poller_sends(enum glue_kind kind)
 {
-	struct glue_conn *cs[1];
-	bool rx[1] = { false };
 	struct wt t;
 	size_t before;
 
-	wt_start(&t, kind, "1000");
-	cs[0] = t.c;
-	wt_hold(&t);
-	fill(&t);
+	wt_start_full(&t, kind, "1000");
 	before = t.sent;
-	cr_assert(!glue_conns_wait_tx(cs, rx, 1),
+	cr_assert(!wt_wait(&t, false),
 		      "nothing can move while the peer reads nothing");
 	cr_assert_eq(t.sent, before);
 	cr_assert_eq(ST(&t, tx_poll_waits), 1);
@@ -279,7 +224,7 @@ static void poller_sends(enum glue_kind kind)
 	for (int64_t end = ms_now() + 20000;
 	     t.checked < TOTAL && ms_now() < end;) {
 		peer_drain(&t);
-		glue_conns_wait_tx(cs, rx, 1);
+		wt_wait(&t, false);
 	}
 	cr_assert_eq(t.checked, TOTAL, "%zu of %u octets arrived", t.checked,
 		     TOTAL);
@@ -302,28 +247,18 @@ Test(glue_wait, poller_waits_and_sends_epoll, .timeout = 60)
 /* WISP_POLL_WAIT_US=off: the same full socket, no wait, no send. */
 Test(glue_wait, off_never_waits, .timeout = 60)
 {
-	struct glue_conn *cs[1];
-	bool rx[1] = { false };
 	struct wt t;
 	size_t before;
 
-	wt_start(&t, GLUE_EPOLL, "off");
-	cs[0] = t.c;
-	wt_hold(&t);
-	fill(&t);
+	wt_start_full(&t, GLUE_EPOLL, "off");
 	before = t.sent;
 	peer_drain(&t);
-	cr_assert(!glue_conns_wait_tx(cs, rx, 1));
+	cr_assert(!wt_wait(&t, false));
 	cr_assert_eq(t.sent, before);
 	cr_assert_eq(ST(&t, tx_poll_waits), 0);
 	engine_let_go(&t.hold);
 	/* The engine sends the rest. */
-	for (int64_t end = ms_now() + 20000;
-	     t.checked < TOTAL && ms_now() < end;) {
-		peer_drain(&t);
-		usleep(1000);
-	}
-	cr_assert_eq(t.checked, TOTAL);
+	peer_read(&t, TOTAL);
 	wt_finish(&t);
 }
 
@@ -332,28 +267,18 @@ Test(glue_wait, off_never_waits, .timeout = 60)
 Test(glue_wait, octets_to_read_end_the_wait, .timeout = 60)
 {
 	static const char msg[10] = "0123456789";
-	struct glue_conn *cs[1];
-	bool rx[1] = { true };
 	struct wt t;
 
-	wt_start(&t, GLUE_EPOLL, "10000");
-	cs[0] = t.c;
-	wt_hold(&t);
-	fill(&t);
+	wt_start_full(&t, GLUE_EPOLL, "10000");
 	cr_assert_eq(send(t.peer, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
 	for (int64_t end = ms_now() + 10000;
 	     atomic_load(&t.got) < sizeof(msg) && ms_now() < end;)
-		glue_conns_wait_tx(cs, rx, 1);
+		wt_wait(&t, true);
 	cr_assert_eq(atomic_load(&t.got), sizeof(msg));
 	cr_assert_geq(ST(&t, tx_poll_woken), 1);
 	cr_assert_eq(ST(&t, tx_sends), 0);
 	engine_let_go(&t.hold);
-	for (int64_t end = ms_now() + 20000;
-	     t.checked < TOTAL && ms_now() < end;) {
-		peer_drain(&t);
-		usleep(1000);
-	}
-	cr_assert_eq(t.checked, TOTAL);
+	peer_read(&t, TOTAL);
 	wt_finish(&t);
 }
 
@@ -363,25 +288,14 @@ Test(glue_wait, octets_to_read_end_the_wait, .timeout = 60)
  */
 static void engine_takes_back(enum glue_kind kind)
 {
-	struct glue_conn *cs[1];
-	bool rx[1] = { false };
 	struct wt t;
 
-	wt_start(&t, kind, "on");
-	cs[0] = t.c;
-	wt_hold(&t);
-	fill(&t);
-	glue_conns_wait_tx(cs, rx, 1);
+	wt_start_full(&t, kind, "on");
+	wt_wait(&t, false);
 	cr_assert_eq(ST(&t, tx_poll_waits), 1);
 	glue_conn_release(t.c);
 	engine_let_go(&t.hold);
-	for (int64_t end = ms_now() + 20000;
-	     t.checked < TOTAL && ms_now() < end;) {
-		peer_drain(&t);
-		usleep(500);
-	}
-	cr_assert_eq(t.checked, TOTAL, "%zu of %u octets arrived", t.checked,
-		     TOTAL);
+	peer_read(&t, TOTAL);
 	cr_assert_geq(ST(&t, tx_sends), 1, "the engine sent the rest");
 	cr_assert_eq(ST(&t, tx_poll_waits), 1);
 	wt_finish(&t);
@@ -410,17 +324,12 @@ Test(glue_wait, engine_takes_back_after_release_epoll, .timeout = 60)
  *
  * The engine is held while the WR is queued and kicked, and let go right
  * after a poll, so that the pass it resumes visits c while the poll is
- * fresh; a command queued after that (noop_fn) returns once that pass is
+ * fresh; a command queued after that (noop_cmd) returns once that pass is
  * over. The poll after it must then have sent the WR, or the engine must
  * have (had its visit come GLUE_APP_POLL_MS late all the same, on a
  * loaded host, it sends itself): either way it is sent by then, and who
  * sent it is not asserted.
  */
-static void noop_fn(void *arg)
-{
-	(void)arg;
-}
-
 static void kicked_wr_goes(enum glue_kind kind)
 {
 	struct wt t;
@@ -431,17 +340,11 @@ static void kicked_wr_goes(enum glue_kind kind)
 	glue_conn_kick(t.c);
 	glue_conn_tx_polled(t.c);
 	engine_let_go(&t.hold);
-	glue_engine_call(t.e, noop_fn, NULL);
+	glue_engine_call(t.e, noop_cmd, NULL);
 	glue_conn_tx_polled(t.c);
 	cr_assert_geq(ST(&t, tx_direct) + ST(&t, tx_sends), 1,
 		      "nobody sent the kicked WR: stranded");
-	for (int64_t end = ms_now() + 10000;
-	     t.checked < 4096 && ms_now() < end;) {
-		peer_drain(&t);
-		usleep(200);
-	}
-	cr_assert_eq(t.checked, 4096, "%zu of 4096 octets arrived",
-		     t.checked);
+	peer_read(&t, 4096);
 	wt_finish(&t);
 }
 

@@ -15,18 +15,16 @@
  * notification, the peer reads the overwritten octets.
  */
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_pair.h"
 
 #define ZC_TOTAL  (4u << 20)      /* octets the owner sends */
 #define ZC_CHUNK  (256u << 10)    /* per iovec */
@@ -108,38 +106,9 @@ static const struct glue_conn_ops zt_ops = {
 	.ended = zt_ended,
 };
 
-static int64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* A loopback TCP pair: *snd for the engine, *rcv (small receive
- * buffer, set before the handshake so that the window follows it). */
-static void tcp_pair(int *snd, int *rcv)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sin);
-	int small = ZC_RCVBUF;
-	int lfd;
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(lfd >= 0);
-	cr_assert_eq(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small,
-				sizeof(small)), 0);
-	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	cr_assert_eq(listen(lfd, 1), 0);
-	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
-	*snd = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(*snd >= 0);
-	cr_assert_eq(connect(*snd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	*rcv = accept(lfd, NULL, NULL);
-	cr_assert(*rcv >= 0);
-	close(lfd);
-}
+/* The peer's receive buffer is small, set before the handshake so that
+ * the window follows it. */
+static const struct tcp_pair_opts zc_pair = { .rcvbuf = ZC_RCVBUF };
 
 static struct glue_engine *zc_engine(enum glue_kind kind)
 {
@@ -147,11 +116,8 @@ static struct glue_engine *zc_engine(enum glue_kind kind)
 	struct glue_engine *e;
 
 	cr_assert_eq(setenv("WISP_SEND_ZC", "on", 1), 0);
-	e = glue_engine_create(kind);
+	e = engine_or_skip(kind);
 	unsetenv("WISP_SEND_ZC");
-	if (!e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(e);
 	glue_engine_get_stats(e, &st);
 	cr_assert_eq(st.zc_min, GLUE_SEND_ZC_ON_BYTES);
 	if (!st.zc_avail) {
@@ -186,6 +152,21 @@ static void wait_zc_send(struct glue_engine *e)
 	cr_assert(st.zc_sends > 0, "no zero-copy send within 10 s");
 }
 
+/* t's connection on e to the peer *rcv, once a zero-copy send is out. */
+static struct glue_conn *zt_start(struct zt *t, struct glue_engine *e,
+				  int *rcv)
+{
+	struct glue_conn *c;
+	int snd;
+
+	zt_init(t);
+	tcp_pair(&snd, rcv, &zc_pair);
+	c = glue_conn_add(e, snd, &zt_ops, t);
+	cr_assert_not_null(c);
+	wait_zc_send(e);
+	return c;
+}
+
 static void reuse_after_done(enum glue_kind kind)
 {
 	struct glue_engine_stats st;
@@ -194,13 +175,9 @@ static void reuse_after_done(enum glue_kind kind)
 	struct glue_conn *c;
 	size_t got = 0, bad = 0, first_bad = 0;
 	static uint8_t rx[65536];
-	int snd, rcv;
+	int rcv;
 
-	zt_init(&t);
-	tcp_pair(&snd, &rcv);
-	c = glue_conn_add(e, snd, &zt_ops, &t);
-	cr_assert_not_null(c);
-	wait_zc_send(e);
+	c = zt_start(&t, e, &rcv);
 	/* The peer does not read for a while: the sender's socket holds
 	 * most of the send, unacknowledged. tx_done now would be wrong;
 	 * if it comes anyway, the overwrite shows below. */
@@ -234,10 +211,7 @@ static void reuse_after_done(enum glue_kind kind)
 		    (unsigned long long)st.zc_fallback);
 
 	close(rcv);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&t.ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&t.ended));
+	cr_assert(wait_flag(&t.ended, 10000));
 	glue_conn_free(c);
 	glue_engine_destroy(e);
 	free(t.buf);
@@ -269,19 +243,12 @@ static void abort_in_flight(enum glue_kind kind)
 	struct glue_engine *e = zc_engine(kind);
 	struct zt t;
 	struct glue_conn *c;
-	int snd, rcv;
+	int rcv;
 
-	zt_init(&t);
-	tcp_pair(&snd, &rcv);
-	c = glue_conn_add(e, snd, &zt_ops, &t);
-	cr_assert_not_null(c);
-	wait_zc_send(e);
+	c = zt_start(&t, e, &rcv);
 	cr_assert_lt(atomic_load(&t.done), ZC_TOTAL);
 	glue_engine_call(e, abort_cmd, c);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&t.ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&t.ended), "the aborted connection ended");
+	cr_assert(wait_flag(&t.ended, 10000), "the aborted connection ended");
 	cr_assert_eq(atomic_load(&t.reason), ECONNABORTED);
 	/* Nothing more was reported sent after the abort: the WRs of a
 	 * real owner are flushed, not completed. */
