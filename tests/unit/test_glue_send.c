@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_glue_send.c - the system call of a direct send (glue_engine.c
+ * conn_send_plain): what tx_fill gives as one iovec goes with send(2),
+ * more than one with sendmsg(2), with the same flags (MSG_DONTWAIT,
+ * MSG_NOSIGNAL, and MSG_MORE when a burst corks), and a partial send
+ * leaves the rest to the engine with nothing lost or reordered.
+ *
+ * The test program defines send() and sendmsg() itself, so that the
+ * engine's calls (linked statically) reach these first: they note the
+ * calls made on the connection's socket and then make the system call.
+ * The peer is a plain TCP socket of the test; the engine is held
+ * (glue_hold.h) while a case looks at the calls of the test's thread.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "glue.h"
+#include "glue_hold.h"
+#include "glue_stats.h"
+
+/* ---- the calls on the watched socket ---- */
+
+#define MAX_CALLS 4096
+
+struct call {
+	bool msg;                 /* sendmsg (else send) */
+	int niov;
+	int flags;
+	size_t len;               /* octets offered */
+	long ret;
+};
+
+static atomic_int watch_fd = -1;
+static struct call calls[MAX_CALLS];
+static atomic_int ncalls;
+
+static void note(bool msg, int niov, int flags, size_t len, long ret)
+{
+	int i = atomic_fetch_add(&ncalls, 1);
+
+	if (i < MAX_CALLS)
+		calls[i] = (struct call){ msg, niov, flags, len, ret };
+}
+
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	long r = syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+
+	if (fd == atomic_load(&watch_fd))
+		note(false, 1, flags, len, r);
+	return r;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	long r = syscall(SYS_sendmsg, fd, msg, flags);
+
+	if (fd == atomic_load(&watch_fd)) {
+		size_t len = 0;
+
+		for (size_t i = 0; i < msg->msg_iovlen; i++)
+			len += msg->msg_iov[i].iov_len;
+		note(true, (int)msg->msg_iovlen, flags, len, r);
+	}
+	return r;
+}
+
+/* ---- a connection whose tx_fill gives what the test queued ---- */
+
+#define CHUNK 100
+#define TOTAL (4u << 20)
+
+struct st {
+	struct glue_engine *e;
+	struct glue_conn *c;
+	int fd, peer;
+	uint8_t *buf;
+	atomic_size_t queued;     /* octets queued (test thread) */
+	size_t sent;              /* octets tx_done reported */
+	bool one;                 /* tx_fill: one iovec for all of it */
+	uint8_t rx[64];
+	atomic_bool ended;
+	struct engine_hold hold;
+};
+
+static uint8_t pattern(size_t i)
+{
+	return (uint8_t)(i * 29 + (i >> 9));
+}
+
+static int s_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct st *t = arg;
+
+	(void)cap;
+	iov[0].iov_base = t->rx;
+	iov[0].iov_len = sizeof(t->rx);
+	return 1;
+}
+
+static int s_rx_done(void *arg, size_t n)
+{
+	(void)arg;
+	(void)n;
+	return 0;
+}
+
+/* What was queued and not yet sent: one iovec per CHUNK, or one in all
+ * (t->one). */
+static int s_tx_fill(void *arg, struct iovec *iov, int cap)
+{
+	struct st *t = arg;
+	size_t end = atomic_load(&t->queued), off = t->sent;
+	int n = 0;
+
+	while (off < end && n < cap) {
+		size_t next = t->one ? end : (off / CHUNK + 1) * CHUNK;
+
+		if (next > end)
+			next = end;
+		iov[n].iov_base = t->buf + off;
+		iov[n].iov_len = next - off;
+		off = next;
+		n++;
+	}
+	return n;
+}
+
+static int s_tx_done(void *arg, size_t n)
+{
+	struct st *t = arg;
+
+	t->sent += n;
+	return 0;
+}
+
+static void s_ended(void *arg, int reason)
+{
+	struct st *t = arg;
+
+	(void)reason;
+	atomic_store(&t->ended, true);
+}
+
+static const struct glue_conn_ops s_ops = {
+	.rx_want = s_rx_want,
+	.rx_done = s_rx_done,
+	.tx_fill = s_tx_fill,
+	.tx_done = s_tx_done,
+	.ended = s_ended,
+};
+
+static void tcp_pair(int *a, int *b)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	int lfd;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert(lfd >= 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	cr_assert_eq(listen(lfd, 1), 0);
+	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
+	*a = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert(*a >= 0);
+	cr_assert_eq(connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	*b = accept(lfd, NULL, NULL);
+	cr_assert(*b >= 0);
+	close(lfd);
+}
+
+/* An engine of kind with WISP_SEND_CORK=cork, one connection, held. */
+static void st_start(struct st *t, enum glue_kind kind, const char *cork)
+{
+	memset(t, 0, sizeof(*t));
+	t->buf = malloc(TOTAL);
+	cr_assert_not_null(t->buf);
+	for (size_t i = 0; i < TOTAL; i++)
+		t->buf[i] = pattern(i);
+	atomic_init(&t->queued, 0);
+	atomic_init(&t->ended, false);
+	atomic_store(&ncalls, 0);
+	cr_assert_eq(setenv("WISP_SEND_CORK", cork, 1), 0);
+	t->e = glue_engine_create(kind);
+	unsetenv("WISP_SEND_CORK");
+	if (!t->e && kind == GLUE_URING)
+		cr_skip_test("io_uring refused here: %s", strerror(errno));
+	cr_assert_not_null(t->e);
+	tcp_pair(&t->fd, &t->peer);
+	t->c = glue_conn_add(t->e, t->fd, &s_ops, t);
+	cr_assert_not_null(t->c);
+	engine_hold(&t->hold, t->e);
+	atomic_store(&watch_fd, t->fd);
+}
+
+static void st_finish(struct st *t)
+{
+	atomic_store(&watch_fd, -1);
+	close(t->peer);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !atomic_load(&t->ended);)
+		usleep(1000);
+	cr_assert(atomic_load(&t->ended), "the connection did not end");
+	glue_conn_free(t->c);
+	glue_engine_destroy(t->e);
+	free(t->buf);
+}
+
+/* Read every octet queued at the peer (deadline 10 s) and check them. */
+static void st_read_all(struct st *t)
+{
+	uint8_t *rx = malloc(TOTAL);
+	int64_t end = ms_now() + 10000;
+	size_t got = 0, want = atomic_load(&t->queued);
+
+	cr_assert_not_null(rx);
+	while (got < want && ms_now() < end) {
+		ssize_t r = recv(t->peer, rx + got, want - got, MSG_DONTWAIT);
+
+		cr_assert(r > 0 || (r < 0 && errno == EAGAIN),
+			  "recv: %zd (%s) after %zu octets", r,
+			  strerror(errno), got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			usleep(100);
+	}
+	cr_assert_eq(got, want, "%zu of %zu octets arrived within 10 s",
+		     got, want);
+	for (size_t i = 0; i < want; i++)
+		cr_assert_eq(rx[i], pattern(i), "octet %zu differs", i);
+	free(rx);
+}
+
+static const int base_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
+
+/* Lone posts, each one iovec: send(2) each, never sendmsg(2). */
+static void one_iov(enum glue_kind kind)
+{
+	struct st t;
+
+	st_start(&t, kind, "off");
+	for (int i = 0; i < 8; i++) {
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c), "post %d sent nothing", i);
+		cr_assert_eq(t.sent, atomic_load(&t.queued));
+	}
+	cr_assert_eq(atomic_load(&ncalls), 8);
+	for (int i = 0; i < 8; i++) {
+		cr_assert_not(calls[i].msg, "call %d was a sendmsg", i);
+		cr_assert_eq(calls[i].len, CHUNK);
+		cr_assert_eq(calls[i].ret, CHUNK);
+		cr_assert_eq(calls[i].flags, base_flags, "call %d: flags %#x",
+			     i, calls[i].flags);
+	}
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+Test(glue_send, one_iovec_goes_with_send_epoll, .timeout = 60)
+{
+	one_iov(GLUE_EPOLL);
+}
+
+Test(glue_send, one_iovec_goes_with_send_uring, .timeout = 60)
+{
+	one_iov(GLUE_URING);
+}
+
+/* Three chunks queued before one send: one sendmsg(2) of three iovecs. */
+Test(glue_send, several_iovecs_go_with_sendmsg, .timeout = 60)
+{
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "off");
+	atomic_fetch_add(&t.queued, 3 * CHUNK);
+	cr_assert(glue_conn_send_now(t.c));
+	cr_assert_eq(atomic_load(&ncalls), 1);
+	cr_assert(calls[0].msg, "three iovecs went with send");
+	cr_assert_eq(calls[0].niov, 3);
+	cr_assert_eq(calls[0].len, 3 * CHUNK);
+	cr_assert_eq(calls[0].ret, 3 * CHUNK);
+	cr_assert_eq(calls[0].flags, base_flags);
+	/* and one more, alone: send again */
+	atomic_fetch_add(&t.queued, CHUNK);
+	cr_assert(glue_conn_send_now(t.c));
+	cr_assert_eq(atomic_load(&ncalls), 2);
+	cr_assert_not(calls[1].msg);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+/* A burst of one-iovec posts corks: send(2) with MSG_MORE, once per
+ * corked send the statistics count; the held tail reaches the peer. */
+Test(glue_send, corked_burst_keeps_msg_more, .timeout = 60)
+{
+	const struct glue_conn_stats *s;
+	struct st t;
+	int more = 0, n;
+
+	st_start(&t, GLUE_EPOLL, "1000");
+	for (int i = 0; i < 64; i++) {
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+	}
+	n = atomic_load(&ncalls);
+	cr_assert_eq(n, 64);
+	for (int i = 0; i < n; i++) {
+		cr_assert_not(calls[i].msg);
+		cr_assert_eq(calls[i].flags & ~MSG_MORE, base_flags);
+		more += !!(calls[i].flags & MSG_MORE);
+	}
+	s = glue_conn_stats(t.c);
+	cr_assert_gt(more, 0, "no post of the burst corked");
+	cr_assert_eq((uint64_t)more, atomic_load(&s->tx_corked));
+	glue_conn_send_poll(t.c);  /* pushes the held tail */
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+/* A one-iovec send larger than the socket takes: send(2) takes part,
+ * the rest is the engine's once it runs, in order. */
+static void partial(enum glue_kind kind)
+{
+	struct st t;
+	int n;
+
+	st_start(&t, kind, "off");
+	t.one = true;
+	atomic_fetch_add(&t.queued, TOTAL);
+	glue_conn_send_post(t.c);
+	n = atomic_load(&ncalls);
+	cr_assert_geq(n, 1);
+	cr_assert_not(calls[0].msg);
+	cr_assert_eq(calls[0].len, TOTAL);
+	cr_assert(calls[0].ret < (long)TOTAL,
+		  "the socket took all %u octets at once", TOTAL);
+	cr_assert(t.sent < TOTAL);
+	engine_let_go(&t.hold);
+	st_read_all(&t);
+	st_finish(&t);
+}
+
+Test(glue_send, partial_send_rest_to_engine_epoll, .timeout = 60)
+{
+	partial(GLUE_EPOLL);
+}
+
+Test(glue_send, partial_send_rest_to_engine_uring, .timeout = 60)
+{
+	partial(GLUE_URING);
+}
