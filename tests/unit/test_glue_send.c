@@ -4,9 +4,12 @@
  * conn_send_plain): what tx_fill gives as one iovec goes with send(2),
  * more than one with sendmsg(2), with the same flags (MSG_DONTWAIT,
  * MSG_NOSIGNAL, and MSG_MORE when a burst corks), and a partial send
- * leaves the rest to the engine with nothing lost or reordered.
+ * leaves the rest to the engine with nothing lost or reordered. A lone
+ * post after a quiet spell reads no clock before its send (cork_burst
+ * knows the gap has passed from the thread's last reading); one that
+ * follows another at once does, to decide whether the burst corks.
  *
- * The test program defines send() and sendmsg() itself, so that the
+ * The test program defines send(), sendmsg() and clock_gettime() itself, so that the
  * engine's calls (linked statically) reach these first: they note the
  * calls made on the connection's socket and then make the system call.
  * The peer is a plain TCP socket of the test; the engine is held
@@ -16,11 +19,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "glue.h"
@@ -51,12 +56,53 @@ static void note(bool msg, int niov, int flags, size_t len, long ret)
 		calls[i] = (struct call){ msg, niov, flags, len, ret };
 }
 
+/* The test thread's clock readings ('C') and sends on the watched
+ * socket ('S'), in order, while recording. */
+static atomic_bool rec_on;
+static pthread_t rec_thread;
+static char ev[256];
+static atomic_int nev;
+
+static void note_ev(char e)
+{
+	int i;
+
+	if (!atomic_load(&rec_on) || !pthread_equal(pthread_self(), rec_thread))
+		return;
+	i = atomic_fetch_add(&nev, 1);
+	if (i < (int)sizeof(ev) - 1)
+		ev[i] = e;
+}
+
+static void rec_start(void)
+{
+	memset(ev, 0, sizeof(ev));
+	atomic_store(&nev, 0);
+	rec_thread = pthread_self();
+	atomic_store(&rec_on, true);
+}
+
+static void rec_stop(void)
+{
+	atomic_store(&rec_on, false);
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	int r = (int)syscall(SYS_clock_gettime, id, ts);
+
+	note_ev('C');
+	return r;
+}
+
 ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
 	long r = syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
 
-	if (fd == atomic_load(&watch_fd))
+	if (fd == atomic_load(&watch_fd)) {
 		note(false, 1, flags, len, r);
+		note_ev('S');
+	}
 	return r;
 }
 
@@ -362,4 +408,70 @@ Test(glue_send, partial_send_rest_to_engine_epoll, .timeout = 60)
 Test(glue_send, partial_send_rest_to_engine_uring, .timeout = 60)
 {
 	partial(GLUE_URING);
+}
+
+/* A lone post after a quiet spell in which the thread read the clock
+ * (an empty poll, glue_conn_recv_now, as a ping-pong's wait for the
+ * answer makes): its send is the first thing it does, no clock reading
+ * before it; and it does not cork. */
+Test(glue_send, lone_post_reads_no_clock_before_send, .timeout = 60)
+{
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "1000");
+	for (int i = 0; i < 4; i++) {
+		const char *s;
+
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+		usleep(20000);            /* 20 gaps of 1 ms */
+		glue_conn_recv_now(t.c);  /* reads the clock, finds nothing */
+		rec_start();
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+		rec_stop();
+		s = strchr(ev, 'S');
+		cr_assert_not_null(s, "round %d: no send recorded (\"%s\")",
+				   i, ev);
+		cr_assert_eq(s, ev, "round %d: the clock was read before the "
+			     "send (\"%s\")", i, ev);
+	}
+	for (int i = 0; i < atomic_load(&ncalls); i++)
+		cr_assert_eq(calls[i].flags, base_flags, "call %d corked", i);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+/* A post right after another one: the clock is read before its send
+ * (the burst rule needs the time since the one before), and the burst
+ * corks from its GLUE_CORK_STREAK-th post after the first on. */
+Test(glue_send, post_after_post_reads_clock, .timeout = 60)
+{
+	const char *s;
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "1000");
+	atomic_fetch_add(&t.queued, CHUNK);
+	cr_assert(glue_conn_send_post(t.c));
+	rec_start();
+	atomic_fetch_add(&t.queued, CHUNK);
+	cr_assert(glue_conn_send_post(t.c));
+	rec_stop();
+	s = strchr(ev, 'S');
+	cr_assert_not_null(s, "no send recorded (\"%s\")", ev);
+	cr_assert_neq(s, ev, "no clock read before the send (\"%s\")", ev);
+	cr_assert_eq(s[-1], 'C');
+	for (int i = 0; i < 2; i++) {
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+	}
+	cr_assert_eq(atomic_load(&ncalls), 4);
+	cr_assert_eq(calls[2].flags, base_flags);
+	cr_assert_eq(calls[3].flags, base_flags | MSG_MORE,
+		     "the fourth post of a burst did not cork");
+	glue_conn_send_poll(t.c);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
 }
