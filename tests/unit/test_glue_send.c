@@ -16,9 +16,7 @@
  * (glue_hold.h) while a case looks at the calls of the test's thread.
  */
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -28,9 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "glue.h"
-#include "glue_hold.h"
-#include "glue_stats.h"
+#include "glue_pair.h"
 
 /* ---- the calls on the watched socket ---- */
 
@@ -211,26 +207,6 @@ static const struct glue_conn_ops s_ops = {
 	.ended = s_ended,
 };
 
-static void tcp_pair(int *a, int *b)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sin);
-	int lfd;
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(lfd >= 0);
-	cr_assert_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	cr_assert_eq(listen(lfd, 1), 0);
-	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sin, &len), 0);
-	*a = socket(AF_INET, SOCK_STREAM, 0);
-	cr_assert(*a >= 0);
-	cr_assert_eq(connect(*a, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	*b = accept(lfd, NULL, NULL);
-	cr_assert(*b >= 0);
-	close(lfd);
-}
-
 /* An engine of kind with WISP_SEND_CORK=cork, one connection, held. */
 static void st_start(struct st *t, enum glue_kind kind, const char *cork)
 {
@@ -244,12 +220,9 @@ static void st_start(struct st *t, enum glue_kind kind, const char *cork)
 	atomic_store(&ncalls, 0);
 	rec_thread_set();
 	cr_assert_eq(setenv("WISP_SEND_CORK", cork, 1), 0);
-	t->e = glue_engine_create(kind);
+	t->e = engine_or_skip(kind);
 	unsetenv("WISP_SEND_CORK");
-	if (!t->e && kind == GLUE_URING)
-		cr_skip_test("io_uring refused here: %s", strerror(errno));
-	cr_assert_not_null(t->e);
-	tcp_pair(&t->fd, &t->peer);
+	tcp_pair(&t->fd, &t->peer, NULL);
 	t->c = glue_conn_add(t->e, t->fd, &s_ops, t);
 	cr_assert_not_null(t->c);
 	engine_hold(&t->hold, t->e);
@@ -260,10 +233,7 @@ static void st_finish(struct st *t)
 {
 	atomic_store(&watch_fd, -1);
 	close(t->peer);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&t->ended);)
-		usleep(1000);
-	cr_assert(atomic_load(&t->ended), "the connection did not end");
+	cr_assert(wait_flag(&t->ended, 10000), "the connection did not end");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
 	free(t->buf);
@@ -359,7 +329,6 @@ Test(glue_send, several_iovecs_go_with_sendmsg, .timeout = 60)
  * corked send the statistics count; the held tail reaches the peer. */
 Test(glue_send, corked_burst_keeps_msg_more, .timeout = 60)
 {
-	const struct glue_conn_stats *s;
 	struct st t;
 	int more = 0, n;
 
@@ -375,9 +344,8 @@ Test(glue_send, corked_burst_keeps_msg_more, .timeout = 60)
 		cr_assert_eq(calls[i].flags & ~MSG_MORE, base_flags);
 		more += !!(calls[i].flags & MSG_MORE);
 	}
-	s = glue_conn_stats(t.c);
 	cr_assert_gt(more, 0, "no post of the burst corked");
-	cr_assert_eq((uint64_t)more, atomic_load(&s->tx_corked));
+	cr_assert_eq((uint64_t)more, CONN_ST(t.c, tx_corked));
 	glue_conn_send_poll(t.c);  /* pushes the held tail */
 	st_read_all(&t);
 	engine_let_go(&t.hold);
