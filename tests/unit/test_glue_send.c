@@ -1,0 +1,452 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_glue_send.c - the system call of a direct send (glue_engine.c
+ * conn_send_plain): what tx_fill gives as one iovec goes with send(2),
+ * more than one with sendmsg(2), with the same flags (MSG_DONTWAIT,
+ * MSG_NOSIGNAL, and MSG_MORE when a burst corks), and a partial send
+ * leaves the rest to the engine with nothing lost or reordered. A lone
+ * post after a quiet spell reads no clock before its send (cork_burst
+ * knows the gap has passed from the thread's last reading); one that
+ * follows another at once does, to decide whether the burst corks.
+ *
+ * The test program defines send(), sendmsg() and clock_gettime() itself, so that the
+ * engine's calls (linked statically) reach these first: they note the
+ * calls made on the connection's socket and then make the system call.
+ * The peer is a plain TCP socket of the test; the engine is held
+ * (glue_hold.h) while a case looks at the calls of the test's thread.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "glue_pair.h"
+
+/* ---- the calls on the watched socket ---- */
+
+#define MAX_CALLS 4096
+
+struct call {
+	bool msg;                 /* sendmsg (else send) */
+	int niov;
+	int flags;
+	size_t len;               /* octets offered */
+	long ret;
+};
+
+static atomic_int watch_fd = -1;
+static struct call calls[MAX_CALLS];
+static atomic_int ncalls;
+
+static void note(bool msg, int niov, int flags, size_t len, long ret)
+{
+	int i = atomic_fetch_add(&ncalls, 1);
+
+	if (i < MAX_CALLS)
+		calls[i] = (struct call){ msg, niov, flags, len, ret };
+}
+
+/* The test thread's clock readings ('C') and sends on the watched
+ * socket ('S'), in order, while recording. */
+static atomic_bool rec_on;
+static pthread_t rec_thread;
+static char ev[256];
+static atomic_int nev;
+
+static void note_ev(char e)
+{
+	int i;
+
+	if (!atomic_load(&rec_on) || !pthread_equal(pthread_self(), rec_thread))
+		return;
+	i = atomic_fetch_add(&nev, 1);
+	if (i < (int)sizeof(ev) - 1)
+		ev[i] = e;
+}
+
+/* The thread whose calls are recorded: set before the engine's thread
+ * starts (st_start), never while it runs. */
+static void rec_thread_set(void)
+{
+	rec_thread = pthread_self();
+}
+
+static void rec_start(void)
+{
+	memset(ev, 0, sizeof(ev));
+	atomic_store(&nev, 0);
+	atomic_store(&rec_on, true);
+}
+
+static void rec_stop(void)
+{
+	atomic_store(&rec_on, false);
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	int r = (int)syscall(SYS_clock_gettime, id, ts);
+
+	note_ev('C');
+	return r;
+}
+
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	long r = syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+
+	if (fd == atomic_load(&watch_fd)) {
+		note(false, 1, flags, len, r);
+		note_ev('S');
+	}
+	return r;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	long r = syscall(SYS_sendmsg, fd, msg, flags);
+
+	if (fd == atomic_load(&watch_fd)) {
+		size_t len = 0;
+
+		for (size_t i = 0; i < msg->msg_iovlen; i++)
+			len += msg->msg_iov[i].iov_len;
+		note(true, (int)msg->msg_iovlen, flags, len, r);
+	}
+	return r;
+}
+
+/* ---- a connection whose tx_fill gives what the test queued ---- */
+
+#define CHUNK 100
+#define TOTAL (4u << 20)
+
+struct st {
+	struct glue_engine *e;
+	struct glue_conn *c;
+	int fd, peer;
+	uint8_t *buf;
+	atomic_size_t queued;     /* octets queued (test thread) */
+	size_t sent;              /* octets tx_done reported */
+	bool one;                 /* tx_fill: one iovec for all of it */
+	uint8_t rx[64];
+	atomic_bool ended;
+	struct engine_hold hold;
+};
+
+static uint8_t pattern(size_t i)
+{
+	return (uint8_t)(i * 29 + (i >> 9));
+}
+
+static int s_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct st *t = arg;
+
+	(void)cap;
+	iov[0].iov_base = t->rx;
+	iov[0].iov_len = sizeof(t->rx);
+	return 1;
+}
+
+static int s_rx_done(void *arg, size_t n)
+{
+	(void)arg;
+	(void)n;
+	return 0;
+}
+
+/* What was queued and not yet sent: one iovec per CHUNK, or one in all
+ * (t->one). */
+static int s_tx_fill(void *arg, struct iovec *iov, int cap)
+{
+	struct st *t = arg;
+	size_t end = atomic_load(&t->queued), off = t->sent;
+	int n = 0;
+
+	while (off < end && n < cap) {
+		size_t next = t->one ? end : (off / CHUNK + 1) * CHUNK;
+
+		if (next > end)
+			next = end;
+		iov[n].iov_base = t->buf + off;
+		iov[n].iov_len = next - off;
+		off = next;
+		n++;
+	}
+	return n;
+}
+
+static int s_tx_done(void *arg, size_t n)
+{
+	struct st *t = arg;
+
+	t->sent += n;
+	return 0;
+}
+
+static void s_ended(void *arg, int reason)
+{
+	struct st *t = arg;
+
+	(void)reason;
+	atomic_store(&t->ended, true);
+}
+
+static const struct glue_conn_ops s_ops = {
+	.rx_want = s_rx_want,
+	.rx_done = s_rx_done,
+	.tx_fill = s_tx_fill,
+	.tx_done = s_tx_done,
+	.ended = s_ended,
+};
+
+/* An engine of kind with WISP_SEND_CORK=cork, one connection, held. */
+static void st_start(struct st *t, enum glue_kind kind, const char *cork)
+{
+	memset(t, 0, sizeof(*t));
+	t->buf = malloc(TOTAL);
+	cr_assert_not_null(t->buf);
+	for (size_t i = 0; i < TOTAL; i++)
+		t->buf[i] = pattern(i);
+	atomic_init(&t->queued, 0);
+	atomic_init(&t->ended, false);
+	atomic_store(&ncalls, 0);
+	rec_thread_set();
+	cr_assert_eq(setenv("WISP_SEND_CORK", cork, 1), 0);
+	t->e = engine_or_skip(kind);
+	unsetenv("WISP_SEND_CORK");
+	tcp_pair(&t->fd, &t->peer, NULL);
+	t->c = glue_conn_add(t->e, t->fd, &s_ops, t);
+	cr_assert_not_null(t->c);
+	engine_hold(&t->hold, t->e);
+	atomic_store(&watch_fd, t->fd);
+}
+
+static void st_finish(struct st *t)
+{
+	atomic_store(&watch_fd, -1);
+	close(t->peer);
+	cr_assert(wait_flag(&t->ended, 10000), "the connection did not end");
+	glue_conn_free(t->c);
+	glue_engine_destroy(t->e);
+	free(t->buf);
+}
+
+/* Read every octet queued at the peer (deadline 10 s) and check them. */
+static void st_read_all(struct st *t)
+{
+	uint8_t *rx = malloc(TOTAL);
+	int64_t end = ms_now() + 10000;
+	size_t got = 0, want = atomic_load(&t->queued);
+
+	cr_assert_not_null(rx);
+	while (got < want && ms_now() < end) {
+		ssize_t r = recv(t->peer, rx + got, want - got, MSG_DONTWAIT);
+
+		cr_assert(r > 0 || (r < 0 && errno == EAGAIN),
+			  "recv: %zd (%s) after %zu octets", r,
+			  strerror(errno), got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			usleep(100);
+	}
+	cr_assert_eq(got, want, "%zu of %zu octets arrived within 10 s",
+		     got, want);
+	for (size_t i = 0; i < want; i++)
+		cr_assert_eq(rx[i], pattern(i), "octet %zu differs", i);
+	free(rx);
+}
+
+static const int base_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
+
+/* Lone posts, each one iovec: send(2) each, never sendmsg(2). */
+static void one_iov(enum glue_kind kind)
+{
+	struct st t;
+
+	st_start(&t, kind, "off");
+	for (int i = 0; i < 8; i++) {
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c), "post %d sent nothing", i);
+		cr_assert_eq(t.sent, atomic_load(&t.queued));
+	}
+	cr_assert_eq(atomic_load(&ncalls), 8);
+	for (int i = 0; i < 8; i++) {
+		cr_assert(!calls[i].msg, "call %d was a sendmsg", i);
+		cr_assert_eq(calls[i].len, CHUNK);
+		cr_assert_eq(calls[i].ret, CHUNK);
+		cr_assert_eq(calls[i].flags, base_flags, "call %d: flags %#x",
+			     i, calls[i].flags);
+	}
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+Test(glue_send, one_iovec_goes_with_send_epoll, .timeout = 60)
+{
+	one_iov(GLUE_EPOLL);
+}
+
+Test(glue_send, one_iovec_goes_with_send_uring, .timeout = 60)
+{
+	one_iov(GLUE_URING);
+}
+
+/* Three chunks queued before one send: one sendmsg(2) of three iovecs. */
+Test(glue_send, several_iovecs_go_with_sendmsg, .timeout = 60)
+{
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "off");
+	atomic_fetch_add(&t.queued, 3 * CHUNK);
+	cr_assert(glue_conn_send_now(t.c));
+	cr_assert_eq(atomic_load(&ncalls), 1);
+	cr_assert(calls[0].msg, "three iovecs went with send");
+	cr_assert_eq(calls[0].niov, 3);
+	cr_assert_eq(calls[0].len, 3 * CHUNK);
+	cr_assert_eq(calls[0].ret, 3 * CHUNK);
+	cr_assert_eq(calls[0].flags, base_flags);
+	/* and one more, alone: send again */
+	atomic_fetch_add(&t.queued, CHUNK);
+	cr_assert(glue_conn_send_now(t.c));
+	cr_assert_eq(atomic_load(&ncalls), 2);
+	cr_assert(!calls[1].msg);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+/* A burst of one-iovec posts corks: send(2) with MSG_MORE, once per
+ * corked send the statistics count; the held tail reaches the peer. */
+Test(glue_send, corked_burst_keeps_msg_more, .timeout = 60)
+{
+	struct st t;
+	int more = 0, n;
+
+	st_start(&t, GLUE_EPOLL, "1000");
+	for (int i = 0; i < 64; i++) {
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+	}
+	n = atomic_load(&ncalls);
+	cr_assert_eq(n, 64);
+	for (int i = 0; i < n; i++) {
+		cr_assert(!calls[i].msg);
+		cr_assert_eq(calls[i].flags & ~MSG_MORE, base_flags);
+		more += !!(calls[i].flags & MSG_MORE);
+	}
+	cr_assert_gt(more, 0, "no post of the burst corked");
+	cr_assert_eq((uint64_t)more, CONN_ST(t.c, tx_corked));
+	glue_conn_send_poll(t.c);  /* pushes the held tail */
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+/* A one-iovec send larger than the socket takes: send(2) takes part,
+ * the rest is the engine's once it runs, in order. */
+static void partial(enum glue_kind kind)
+{
+	struct st t;
+	int n;
+
+	st_start(&t, kind, "off");
+	t.one = true;
+	atomic_fetch_add(&t.queued, TOTAL);
+	glue_conn_send_post(t.c);
+	n = atomic_load(&ncalls);
+	cr_assert_geq(n, 1);
+	cr_assert(!calls[0].msg);
+	cr_assert_eq(calls[0].len, TOTAL);
+	cr_assert(calls[0].ret < (long)TOTAL,
+		  "the socket took all %u octets at once", TOTAL);
+	cr_assert(t.sent < TOTAL);
+	engine_let_go(&t.hold);
+	st_read_all(&t);
+	st_finish(&t);
+}
+
+Test(glue_send, partial_send_rest_to_engine_epoll, .timeout = 60)
+{
+	partial(GLUE_EPOLL);
+}
+
+Test(glue_send, partial_send_rest_to_engine_uring, .timeout = 60)
+{
+	partial(GLUE_URING);
+}
+
+/* A lone post after a quiet spell in which the thread read the clock
+ * (an empty poll, glue_conn_recv_now, as a ping-pong's wait for the
+ * answer makes): its send is the first thing it does, no clock reading
+ * before it; and it does not cork. */
+Test(glue_send, lone_post_reads_no_clock_before_send, .timeout = 60)
+{
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "1000");
+	for (int i = 0; i < 4; i++) {
+		const char *s;
+
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+		usleep(20000);            /* 20 gaps of 1 ms */
+		glue_conn_recv_now(t.c);  /* reads the clock, finds nothing */
+		rec_start();
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+		rec_stop();
+		s = strchr(ev, 'S');
+		cr_assert_not_null(s, "round %d: no send recorded (\"%s\")",
+				   i, ev);
+		cr_assert_eq(s, ev, "round %d: the clock was read before the "
+			     "send (\"%s\")", i, ev);
+	}
+	for (int i = 0; i < atomic_load(&ncalls); i++)
+		cr_assert_eq(calls[i].flags, base_flags, "call %d corked", i);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+/* A post right after another one: the clock is read before its send
+ * (the burst rule needs the time since the one before), and the burst
+ * corks from its GLUE_CORK_STREAK-th post after the first on. */
+Test(glue_send, post_after_post_reads_clock, .timeout = 60)
+{
+	const char *s;
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "1000");
+	atomic_fetch_add(&t.queued, CHUNK);
+	cr_assert(glue_conn_send_post(t.c));
+	rec_start();
+	atomic_fetch_add(&t.queued, CHUNK);
+	cr_assert(glue_conn_send_post(t.c));
+	rec_stop();
+	s = strchr(ev, 'S');
+	cr_assert_not_null(s, "no send recorded (\"%s\")", ev);
+	cr_assert_neq(s, ev, "no clock read before the send (\"%s\")", ev);
+	cr_assert_eq(s[-1], 'C');
+	for (int i = 0; i < 2; i++) {
+		atomic_fetch_add(&t.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c));
+	}
+	cr_assert_eq(atomic_load(&ncalls), 4);
+	cr_assert_eq(calls[2].flags, base_flags);
+	cr_assert_eq(calls[3].flags, base_flags | MSG_MORE,
+		     "the fourth post of a burst did not cork");
+	glue_conn_send_poll(t.c);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
