@@ -1416,12 +1416,17 @@ void glue_rx_ready(struct glue_conn *c)
  * its CQ (glue_conn_release).
  */
 
-/* As recvmsg(2) into c->rx_iov[0..n). */
+/* As recvmsg(2) into c->rx_iov[0..n). One iovec (a small message into
+ * the stage, every empty poll): recv(2), which spares the kernel the
+ * msghdr copy and the iovec import (issue 13: a small message's hop). */
 static ssize_t conn_recv(struct glue_conn *c, int n)
 {
 	long r;
 
 	if (!c->tls) {
+		if (n == 1)
+			return recv(c->fd, c->rx_iov[0].iov_base,
+				    c->rx_iov[0].iov_len, MSG_DONTWAIT);
 		c->rx_msg.msg_iov = c->rx_iov;
 		c->rx_msg.msg_iovlen = (size_t)n;
 		return recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
