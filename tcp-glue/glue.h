@@ -215,7 +215,9 @@ int64_t glue_answer_post(struct glue_answer *a, int64_t now, bool lone);
 /* Is a lone post waiting for its answer? (A cheap look before
  * glue_answer_rx, which wants the time.) */
 bool glue_answer_waiting(const struct glue_answer *a);
-/* Octets arrived at now; flags: rx_done's (GLUE_RX_COMPLETED). */
+/* Octets arrived at now; flags: rx_done's (GLUE_RX_COMPLETED). An
+ * answer that completed work only ends the streak: now is not read then,
+ * so a caller may pass 0 and spare the clock. */
 void glue_answer_rx(struct glue_answer *a, int64_t now, int flags);
 /* A wait for the answer ran out before it came. */
 void glue_answer_miss(struct glue_answer *a);

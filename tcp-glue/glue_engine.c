@@ -629,8 +629,15 @@ void glue_answer_rx(struct glue_answer *a, int64_t now, int flags)
 
 	if (!post)
 		return;
+	if (flags & GLUE_RX_COMPLETED) {
+		/* Every answer of a SEND ping-pong comes here: a store only
+		 * when it changes something, as in glue_answer_post. */
+		if (atomic_load_explicit(&a->streak, memory_order_relaxed))
+			atomic_store(&a->streak, 0);
+		return;
+	}
 	rtt = now - post;
-	if ((flags & GLUE_RX_COMPLETED) || rtt < 0 || rtt > a->max_ns) {
+	if (rtt < 0 || rtt > a->max_ns) {
 		atomic_store(&a->streak, 0);
 		return;
 	}
@@ -1497,8 +1504,12 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 		glue_stat_rx(c, r, err, !poller);
 		if (r > 0) {
 			c->rx_partial = done & GLUE_RX_PARTIAL;
+			/* The time only for an answer that completed
+			 * nothing: a SEND's answer spares the clock read. */
 			if (glue_answer_waiting(&c->ans))
-				glue_answer_rx(&c->ans, now_ns(), done);
+				glue_answer_rx(&c->ans,
+					       done & GLUE_RX_COMPLETED ? 0 :
+					       now_ns(), done);
 		}
 		errno = err;
 		if (r > 0) {
