@@ -302,6 +302,14 @@ void glue_engine_call(struct glue_engine *e, void (*fn)(void *), void *arg);
 /* True on the engine thread of e. */
 bool glue_on_engine(const struct glue_engine *e);
 
+/* The clock of the stamps a polling thread leaves for the engine
+ * (glue_engine.c, "The polling thread's clock"): CLOCK_MONOTONIC in
+ * milliseconds, as read by one of the last GLUE_STAMP_REUSE + 1 calls
+ * on this thread, none of them later than the coarse clock's next
+ * step. */
+#define GLUE_STAMP_REUSE 8
+int64_t glue_poll_clock_ms(void);
+
 /* Adopt the connected socket fd (made non-blocking, TCP_NODELAY set).
  * Does not wait for the engine: it takes c over on its next pass, and if
  * it cannot (its backend refuses the socket, no memory), c ends as a

@@ -474,3 +474,29 @@ Test(glue, poller_fills_one_and_many_iovecs_epoll, .timeout = 60)
 {
 	poller_fills_one_and_many_iovecs(GLUE_EPOLL);
 }
+
+/*
+ * The polling thread's clock (glue_poll_clock_ms) reuses a reading for
+ * at most GLUE_STAMP_REUSE more calls: the engine must never see a
+ * thread that keeps polling as one that stopped. After a pause, within
+ * GLUE_STAMP_REUSE + 1 calls the clock reads at least what
+ * CLOCK_MONOTONIC read before them (whether or not the coarse clock
+ * moved meanwhile), and never more than it reads after them.
+ */
+Test(glue, poll_clock_reuses_a_reading_a_bounded_number_of_times)
+{
+	for (int round = 0; round < 20; round++) {
+		int64_t before, after, s = 0;
+
+		glue_poll_clock_ms();
+		usleep(1500);
+		before = ms_now();
+		for (int i = 0; i <= GLUE_STAMP_REUSE; i++)
+			s = glue_poll_clock_ms();
+		after = ms_now();
+		cr_assert_geq(s, before, "round %d: %lld, before %lld", round,
+			      (long long)s, (long long)before);
+		cr_assert_leq(s, after, "round %d: %lld, after %lld", round,
+			      (long long)s, (long long)after);
+	}
+}
