@@ -215,7 +215,9 @@ int64_t glue_answer_post(struct glue_answer *a, int64_t now, bool lone);
 /* Is a lone post waiting for its answer? (A cheap look before
  * glue_answer_rx, which wants the time.) */
 bool glue_answer_waiting(const struct glue_answer *a);
-/* Octets arrived at now; flags: rx_done's (GLUE_RX_COMPLETED). */
+/* Octets arrived at now; flags: rx_done's (GLUE_RX_COMPLETED). An
+ * answer that completed work only ends the streak: now is not read then,
+ * so a caller may pass 0 and spare the clock. */
 void glue_answer_rx(struct glue_answer *a, int64_t now, int flags);
 /* A wait for the answer ran out before it came. */
 void glue_answer_miss(struct glue_answer *a);
@@ -299,6 +301,14 @@ void glue_engine_call(struct glue_engine *e, void (*fn)(void *), void *arg);
 
 /* True on the engine thread of e. */
 bool glue_on_engine(const struct glue_engine *e);
+
+/* The clock of the stamps a polling thread leaves for the engine
+ * (glue_engine.c, "The polling thread's clock"): CLOCK_MONOTONIC in
+ * milliseconds, as read by one of the last GLUE_STAMP_REUSE + 1 calls
+ * on this thread, none of them later than the coarse clock's next
+ * step. */
+#define GLUE_STAMP_REUSE 8
+int64_t glue_poll_clock_ms(void);
 
 /* Adopt the connected socket fd (made non-blocking, TCP_NODELAY set).
  * Does not wait for the engine: it takes c over on its next pass, and if

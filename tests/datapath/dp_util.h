@@ -55,6 +55,8 @@ struct dp_opts {
 	uint64_t send_ops;        /* !0: ibv_create_qp_ex with these */
 	int mss;                  /* !0: TCP_MAXSEG on both sockets, as
 				   * over a link of a smaller MTU */
+	bool one_cq;              /* each QP's sends and receives complete
+				   * in one CQ (scq == rcq) */
 };
 
 static inline struct ibv_context *dp_open(void)
@@ -84,7 +86,8 @@ static inline void dp_side_init(struct dp_side *s, struct ibv_context *ctx,
 	s->ch = ibv_create_comp_channel(ctx);
 	cr_assert_not_null(s->ch);
 	s->scq = ibv_create_cq(ctx, (int)cqe, NULL, s->ch, 0);
-	s->rcq = ibv_create_cq(ctx, (int)cqe, NULL, s->ch, 0);
+	s->rcq = o->one_cq ? s->scq : ibv_create_cq(ctx, (int)cqe, NULL, s->ch,
+						    0);
 	cr_assert(s->scq && s->rcq);
 	ia.send_cq = s->scq;
 	ia.recv_cq = s->rcq;
@@ -193,7 +196,8 @@ static inline void dp_side_fini(struct dp_side *s, bool keep_pd, bool close_ctx)
 {
 	cr_assert_eq(ibv_destroy_qp(s->qp), 0);
 	cr_assert_eq(ibv_destroy_cq(s->scq), 0);
-	cr_assert_eq(ibv_destroy_cq(s->rcq), 0);
+	if (s->rcq != s->scq)
+		cr_assert_eq(ibv_destroy_cq(s->rcq), 0);
 	cr_assert_eq(ibv_destroy_comp_channel(s->ch), 0);
 	if (!keep_pd)
 		cr_assert_eq(ibv_dealloc_pd(s->pd), 0);

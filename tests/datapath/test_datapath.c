@@ -850,3 +850,163 @@ Test(datapath, flush_during_copy_by_disconnect, .timeout = 60)
 {
 	flush_during_copy(FLUSH_BY_DISCONNECT);
 }
+
+/*
+ * A thread whose ibv_poll_cq finds the CQ empty receives itself, and the
+ * completions it makes for that CQ go straight into its wc array while
+ * the ring is empty, up to the num_entries it gave; the rest go through
+ * the ring (verbs_cq.c, "A poller's own completions"). Bursts of SENDs,
+ * each carrying its number, polled with 1, 2, 3 and 5 entries at a time:
+ * every completion comes once, in order, with its own contents, whether
+ * it was handed over or went through the ring; with one CQ for sends and
+ * receives too (the receiver's own SENDs' completions between).
+ */
+#define BURST 12
+#define BURSTS 40
+
+static void poll_sizes_keep_order(bool one_cq)
+{
+	struct dp_opts o = defaults;
+	struct dp_pair p;
+	uint8_t *src, *dst;
+	struct ibv_mr *ms, *md;
+	const int total = BURST * BURSTS;
+	static const int per_poll[] = { 1, 2, 3, 5 };
+	int next = 0, polls = 0, echo_sent = 0, echo_done = 0;
+
+	o.one_cq = one_cq;
+	o.rq = 1024;
+	dp_setup(&p, &o);
+	ms = dp_mr(p.a.pd, (size_t)total * 8, 0, &src);
+	md = dp_mr(p.b.pd, (size_t)total * 8 + 8, IBV_ACCESS_LOCAL_WRITE,
+		   &dst);
+	for (int i = 0; i < total; i++) {
+		struct ibv_sge ds = { (uintptr_t)dst + 8 * (size_t)i, 8,
+				      md->lkey };
+		struct ibv_recv_wr rw = { .wr_id = (uint64_t)i, .sg_list = &ds,
+					  .num_sge = 1 }, *br;
+		uint64_t v = 0x5e0d000000000000ull | (uint64_t)i;
+
+		memcpy(src + 8 * (size_t)i, &v, 8);
+		cr_assert_eq(ibv_post_recv(p.b.qp, &rw, &br), 0);
+	}
+	/* For b's empty SENDs (one CQ). */
+	for (int i = 0; one_cq && i < BURSTS; i++) {
+		struct ibv_recv_wr rw = { .wr_id = (uint64_t)i }, *br;
+
+		cr_assert_eq(ibv_post_recv(p.a.qp, &rw, &br), 0);
+	}
+	for (int b = 0; b < BURSTS; b++) {
+		int want = (b + 1) * BURST;
+
+		for (int i = b * BURST; i < want; i++) {
+			struct ibv_sge ss = { (uintptr_t)src + 8 * (size_t)i, 8,
+					      ms->lkey };
+			struct ibv_send_wr sw = {
+				.wr_id = (uint64_t)i, .sg_list = &ss,
+				.num_sge = 1, .opcode = IBV_WR_SEND,
+				.send_flags = i == want - 1 ?
+					      IBV_SEND_SIGNALED : 0,
+			}, *bs;
+
+			cr_assert_eq(ibv_post_send(p.a.qp, &sw, &bs), 0);
+		}
+		for (int64_t end = dp_now_ms() + DP_TIMEOUT_MS;
+		     next < want && dp_now_ms() < end;) {
+			struct ibv_wc wc[5];
+			int k = per_poll[polls++ % 4];
+			int r = ibv_poll_cq(p.b.rcq, k, wc);
+
+			cr_assert(r >= 0 && r <= k, "poll of %d gave %d", k, r);
+			for (int j = 0; j < r; j++) {
+				uint64_t v;
+
+				cr_assert_eq(wc[j].status, IBV_WC_SUCCESS);
+				if (wc[j].opcode == IBV_WC_SEND) {
+					/* b's own SEND (one CQ): its
+					 * number, in order too. */
+					cr_assert(one_cq);
+					cr_assert_eq(wc[j].wr_id,
+						     (uint64_t)echo_done);
+					echo_done++;
+					continue;
+				}
+				cr_assert_eq(wc[j].opcode, IBV_WC_RECV);
+				cr_assert_eq(wc[j].wr_id, (uint64_t)next,
+					     "completion %d came as %llu", next,
+					     (unsigned long long)wc[j].wr_id);
+				cr_assert_eq(wc[j].byte_len, 8);
+				cr_assert_eq(wc[j].qp_num, p.b.qp->qp_num);
+				memcpy(&v, dst + 8 * (size_t)next, 8);
+				cr_assert_eq(v, 0x5e0d000000000000ull |
+						(uint64_t)next);
+				next++;
+			}
+			if (!r)
+				sched_yield();
+			/* One CQ: b sends too now and then, so that its
+			 * SENDs' completions come between the receives. */
+			if (one_cq && echo_sent < BURSTS &&
+			    next >= (echo_sent + 1) * (BURST / 2)) {
+				struct ibv_send_wr sw = {
+					.wr_id = (uint64_t)echo_sent,
+					.opcode = IBV_WR_SEND,
+					.send_flags = IBV_SEND_SIGNALED,
+				}, *bs;
+
+				cr_assert_eq(ibv_post_send(p.b.qp, &sw, &bs),
+					     0);
+				echo_sent++;
+			}
+		}
+		cr_assert_eq(next, want, "burst %d: %d of %d completions", b,
+			     next, want);
+		/* a's signaled SEND (with one CQ, b's SENDs' receives come
+		 * there too). */
+		for (;;) {
+			struct ibv_wc wc = dp_wait1(p.a.scq);
+
+			cr_assert_eq(wc.status, IBV_WC_SUCCESS);
+			if (wc.opcode == IBV_WC_RECV)
+				continue;
+			cr_assert_eq(wc.wr_id, (uint64_t)(want - 1));
+			break;
+		}
+	}
+	/* What b sent completes too, in order, then nothing more. */
+	for (int64_t end = dp_now_ms() + DP_TIMEOUT_MS;
+	     echo_done < echo_sent && dp_now_ms() < end;) {
+		struct ibv_wc wc;
+		int r = ibv_poll_cq(p.b.scq, 1, &wc);
+
+		cr_assert(r >= 0);
+		if (!r) {
+			sched_yield();
+			continue;
+		}
+		cr_assert_eq(wc.opcode, IBV_WC_SEND);
+		cr_assert_eq(wc.wr_id, (uint64_t)echo_done);
+		echo_done++;
+	}
+	cr_assert_eq(echo_done, echo_sent);
+	{
+		struct ibv_wc wc;
+
+		cr_assert_eq(ibv_poll_cq(p.b.rcq, 1, &wc), 0);
+	}
+	ibv_dereg_mr(ms);
+	ibv_dereg_mr(md);
+	free(src);
+	free(dst);
+	dp_teardown(&p, &o);
+}
+
+Test(datapath, poll_sizes_keep_order, .timeout = 120)
+{
+	poll_sizes_keep_order(false);
+}
+
+Test(datapath, poll_sizes_keep_order_one_cq, .timeout = 120)
+{
+	poll_sizes_keep_order(true);
+}

@@ -311,3 +311,167 @@ Test(glue, rx_direct_counts_the_poller_epoll, .timeout = 60)
 {
 	rx_direct_counts_the_poller(GLUE_EPOLL);
 }
+
+/*
+ * A polling thread's receive is recv(2) when the owner gives one iovec
+ * and recvmsg(2) when it gives several (glue_engine.c, conn_recv): the
+ * octets must land where the iovecs say either way, in order, up to the
+ * end of the stream. The owner below gives one iovec and three in turn
+ * and copies out what each receive brought.
+ */
+#define IOV_MSG 7                 /* octets per message */
+#define IOV_MSGS 60
+
+struct iovt {
+	uint8_t buf[3][4];        /* three small iovecs: 12 octets */
+	uint8_t one[32];
+	int nwant;                /* iovecs the last rx_want gave */
+	unsigned calls;           /* rx_want calls, to alternate */
+	uint8_t got[IOV_MSG * IOV_MSGS];
+	atomic_size_t octets;
+	unsigned recvs[2];        /* receives that brought octets: 1, 3 */
+	atomic_bool ended;
+};
+
+static int iovt_rx_want(void *arg, struct iovec *iov, int cap)
+{
+	struct iovt *t = arg;
+
+	cr_assert_geq(cap, 3);
+	if (t->calls++ % 2 == 0) {
+		iov[0].iov_base = t->one;
+		iov[0].iov_len = sizeof(t->one);
+		t->nwant = 1;
+		return 1;
+	}
+	for (int i = 0; i < 3; i++) {
+		iov[i].iov_base = t->buf[i];
+		iov[i].iov_len = sizeof(t->buf[i]);
+	}
+	t->nwant = 3;
+	return 3;
+}
+
+/* rx_lock is held from rx_want to rx_done: the fields are ours. */
+static int iovt_rx_done(void *arg, size_t n)
+{
+	struct iovt *t = arg;
+	size_t at = atomic_load(&t->octets);
+
+	if (!n)
+		return 0;
+	cr_assert_leq(at + n, sizeof(t->got), "more octets than were sent");
+	if (t->nwant == 1) {
+		memcpy(t->got + at, t->one, n);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			t->got[at + i] = t->buf[i / 4][i % 4];
+	}
+	t->recvs[t->nwant == 1 ? 0 : 1]++;
+	atomic_store(&t->octets, at + n);
+	return 0;
+}
+
+static void iovt_ended(void *arg, int reason)
+{
+	struct iovt *t = arg;
+
+	(void)reason;
+	atomic_store(&t->ended, true);
+}
+
+static const struct glue_conn_ops iovt_ops = {
+	.rx_want = iovt_rx_want,
+	.rx_done = iovt_rx_done,
+	.tx_fill = fdt_tx_fill,
+	.tx_done = fdt_tx_done,
+	.ended = iovt_ended,
+};
+
+static void poller_fills_one_and_many_iovecs(enum glue_kind kind)
+{
+	struct iovt t = { 0 };
+	uint8_t sent[sizeof(t.got)];
+	struct glue_engine *e;
+	struct glue_conn *c;
+	int sv[2];
+
+	atomic_init(&t.octets, 0);
+	atomic_init(&t.ended, false);
+	for (size_t i = 0; i < sizeof(sent); i++)
+		sent[i] = (uint8_t)(i * 7 + 1);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	e = glue_engine_create(kind);
+	if (!e && kind == GLUE_URING)
+		cr_skip_test("io_uring refused here: %s", strerror(errno));
+	cr_assert_not_null(e);
+	c = glue_conn_add(e, sv[0], &iovt_ops, &t);
+	cr_assert_not_null(c);
+
+	/* One message at a time, this thread polling until it is in (the
+	 * engine may take one now and then: the same owner, the same
+	 * iovecs). */
+	for (int m = 0; m < IOV_MSGS; m++) {
+		size_t want = (size_t)(m + 1) * IOV_MSG;
+
+		cr_assert_eq(send(sv[1], sent + m * IOV_MSG, IOV_MSG, 0),
+			     IOV_MSG);
+		for (int64_t end = ms_now() + 5000;
+		     ms_now() < end && atomic_load(&t.octets) < want;)
+			if (!glue_conn_recv_now(c))
+				usleep(50);
+		cr_assert_eq(atomic_load(&t.octets), want);
+	}
+	cr_assert_arr_eq(t.got, sent, sizeof(sent));
+	cr_assert_gt(t.recvs[0], 0, "no receive into one iovec");
+	cr_assert_gt(t.recvs[1], 0, "no receive into three iovecs");
+	/* Nothing more: an empty poll brings nothing. */
+	cr_assert_not(glue_conn_recv_now(c));
+
+	/* The end of the stream, met by either receive. */
+	close(sv[1]);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !atomic_load(&t.ended);) {
+		glue_conn_recv_now(c);
+		usleep(1000);
+	}
+	cr_assert(atomic_load(&t.ended), "the connection did not end");
+	glue_conn_free(c);
+	glue_engine_destroy(e);
+}
+
+Test(glue, poller_fills_one_and_many_iovecs_uring, .timeout = 60)
+{
+	poller_fills_one_and_many_iovecs(GLUE_URING);
+}
+
+Test(glue, poller_fills_one_and_many_iovecs_epoll, .timeout = 60)
+{
+	poller_fills_one_and_many_iovecs(GLUE_EPOLL);
+}
+
+/*
+ * The polling thread's clock (glue_poll_clock_ms) reuses a reading for
+ * at most GLUE_STAMP_REUSE more calls: the engine must never see a
+ * thread that keeps polling as one that stopped. After a pause, within
+ * GLUE_STAMP_REUSE + 1 calls the clock reads at least what
+ * CLOCK_MONOTONIC read before them (whether or not the coarse clock
+ * moved meanwhile), and never more than it reads after them.
+ */
+Test(glue, poll_clock_reuses_a_reading_a_bounded_number_of_times)
+{
+	for (int round = 0; round < 20; round++) {
+		int64_t before, after, s = 0;
+
+		glue_poll_clock_ms();
+		usleep(1500);
+		before = ms_now();
+		for (int i = 0; i <= GLUE_STAMP_REUSE; i++)
+			s = glue_poll_clock_ms();
+		after = ms_now();
+		cr_assert_geq(s, before, "round %d: %lld, before %lld", round,
+			      (long long)s, (long long)before);
+		cr_assert_leq(s, after, "round %d: %lld, after %lld", round,
+			      (long long)s, (long long)after);
+	}
+}

@@ -121,6 +121,36 @@ Test(glue_answer, stays_off_for_answers_that_complete_work)
 	cr_assert_eq(glue_answer_post(&a, t, true), 0);
 }
 
+/* The receive path passes no time with an answer that completed work
+ * (glue_engine.c, rx_drain: a SEND ping-pong's every answer then spares
+ * a clock read): such an answer ends the streak and clears the post
+ * whatever the time says, and leaves the answer time as it was. */
+Test(glue_answer, answers_that_complete_work_need_no_time)
+{
+	static const int64_t at[] = { 0, 5 * US };   /* none; a plausible one */
+
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		struct glue_answer a;
+		int64_t t = 1000 * US, srtt, post;
+
+		glue_answer_init(&a, MAX_NS);
+		ping_pong(&a, &t, GLUE_ANSWER_STREAK, 10 * US, 0);
+		srtt = atomic_load(&a.srtt_ns);
+		cr_assert_eq(glue_answer_post(&a, t, true), 20 * US);
+		post = t;
+		glue_answer_rx(&a, at[i] ? post + at[i] : 0,
+			       GLUE_RX_COMPLETED);
+		cr_assert(!glue_answer_waiting(&a));
+		cr_assert_eq(atomic_load(&a.streak), 0);
+		cr_assert_eq(atomic_load(&a.srtt_ns), srtt);
+		/* Off again until a new streak. */
+		t += 20 * US;
+		cr_assert_eq(ping_pong(&a, &t, GLUE_ANSWER_STREAK, 10 * US, 0),
+			     0);
+		cr_assert_gt(glue_answer_post(&a, t, true), 0);
+	}
+}
+
 Test(glue_answer, stays_off_for_late_answers)
 {
 	struct glue_answer a;

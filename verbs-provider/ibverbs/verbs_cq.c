@@ -121,11 +121,63 @@ static void cq_event(struct wisp_cq *cq)
 	}
 }
 
+/*
+ * A poller's own completions. A thread whose ibv_poll_cq found the CQ
+ * empty receives on its streams itself (wisp_poll_cq), and what it
+ * receives mostly completes into that very CQ: pushed into the ring
+ * under the producers' lock, then taken out again under the consumers'
+ * lock a moment later by the same thread. Instead, while the ring is
+ * empty, the completion goes straight into the caller's array (up to
+ * the num_entries it gave), without either lock or the ring.
+ *
+ * Order is kept: completions of one QP are made under its core lock,
+ * one at a time, so none of this QP's can be on its way into the ring
+ * meanwhile; an empty ring holds none older than this one; and once one
+ * has gone to the ring (the ring was not empty, or the caller's array
+ * was full), so do all that follow, since the ring is then not empty.
+ * Other QPs' completions have no order with these. The channel event is
+ * raised as for a push into the ring.
+ */
+struct cq_hand {
+	struct wisp_cq *cq;
+	struct ibv_wc *wc;
+	int cap, n;
+};
+
+static _Thread_local struct cq_hand *cq_hand;
+
+uint32_t wisp_cq_handed(void)
+{
+	return cq_hand ? (uint32_t)cq_hand->n : 0;
+}
+
+static void cq_armed_event(struct wisp_cq *cq, const struct ibv_wc *wc,
+			   bool solicited)
+{
+	int armed = atomic_load(&cq->armed);
+
+	/* IBTA 11.4.2.2: a solicited-only request fires on a solicited
+	 * completion or an unsuccessful one. */
+	if (armed == CQ_ARMED_ANY ||
+	    (armed == CQ_ARMED_SOLICITED &&
+	     (solicited || wc->status != IBV_WC_SUCCESS))) {
+		if (atomic_exchange(&cq->armed, CQ_DISARMED) != CQ_DISARMED)
+			cq_event(cq);
+	}
+}
+
 void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
+	struct cq_hand *h = cq_hand;
 	uint32_t tail, head;
-	int armed;
 
+	if (h && h->cq == cq && h->n < h->cap &&
+	    atomic_load_explicit(&cq->tail, memory_order_acquire) ==
+	    atomic_load_explicit(&cq->head, memory_order_acquire)) {
+		h->wc[h->n++] = *wc;
+		cq_armed_event(cq, wc, solicited);
+		return;
+	}
 	pthread_mutex_lock(&cq->prod_lock);
 	tail = atomic_load_explicit(&cq->tail, memory_order_relaxed);
 	head = atomic_load_explicit(&cq->head, memory_order_acquire);
@@ -145,16 +197,7 @@ void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited)
 	cq->ring[tail & (cq->size - 1)] = *wc;
 	atomic_store_explicit(&cq->tail, tail + 1, memory_order_release);
 	pthread_mutex_unlock(&cq->prod_lock);
-
-	/* IBTA 11.4.2.2: a solicited-only request fires on a solicited
-	 * completion or an unsuccessful one. */
-	armed = atomic_load(&cq->armed);
-	if (armed == CQ_ARMED_ANY ||
-	    (armed == CQ_ARMED_SOLICITED &&
-	     (solicited || wc->status != IBV_WC_SUCCESS))) {
-		if (atomic_exchange(&cq->armed, CQ_DISARMED) != CQ_DISARMED)
-			cq_event(cq);
-	}
+	cq_armed_event(cq, wc, solicited);
 }
 
 static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
@@ -382,7 +425,13 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		struct glue_conn *wc_conn[GLUE_WAIT_MAX];
 		bool wc_rx[GLUE_WAIT_MAX];
 		int n = atomic_load(&cq->nconns);
+		/* What completes here meanwhile goes straight to wc (A
+		 * poller's own completions, above). */
+		struct cq_hand hand = {
+			.cq = cq, .wc = wc, .cap = num_entries,
+		};
 
+		cq_hand = &hand;
 		for (int i = 0; i < n; i++) {
 			const struct wisp_cq_stream *s = &cq->conns[i];
 			bool rx = !s->sends || rdmap_qp_reads_out(s->sends);
@@ -401,9 +450,15 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		 * returning to a caller that can only poll again
 		 * (glue_engine.c "Waiting for room"; it returns at once
 		 * unless every stream's sends are blocked so). */
-		if (n <= GLUE_WAIT_MAX && cq_empty(cq))
+		if (n <= GLUE_WAIT_MAX && !hand.n && cq_empty(cq))
 			glue_conns_wait_tx(wc_conn, wc_rx, n);
+		cq_hand = NULL;
 		pthread_mutex_unlock(&cq->conns_lock);
+		/* Anything in the ring came after what was handed. */
+		if (hand.n)
+			return hand.n + (hand.n < num_entries && !cq_empty(cq) ?
+					 cq_take(cq, num_entries - hand.n,
+						 wc + hand.n) : 0);
 	}
 	return cq_empty(cq) ? 0 : cq_take(cq, num_entries, wc);
 }

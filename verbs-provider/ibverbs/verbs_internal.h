@@ -95,8 +95,14 @@ void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c,
 /* Take c off it; returns once no poller is receiving on c. */
 void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c);
 
-/* Append a completion (any thread); raise the channel event if armed. */
+/* Append a completion (any thread); raise the channel event if armed.
+ * A thread inside ibv_poll_cq of cq that finds cq's ring empty hands it
+ * straight to its caller instead (verbs_cq.c, "A poller's own
+ * completions"). */
 void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* How many completions this thread has handed so in the ibv_poll_cq it
+ * is in (0 outside one): with the CQs' tails, whether work completed. */
+uint32_t wisp_cq_handed(void);
 
 /* ---- verbs_srq.c ------------------------------------------------- */
 

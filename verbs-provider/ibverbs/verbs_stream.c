@@ -42,11 +42,13 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 }
 
 /* How many completions the QP's CQs have taken so far (a sum that
- * changes when either gets one; another QP's count too). */
+ * changes when either gets one; another QP's count too), those handed
+ * straight to this thread's ibv_poll_cq included. */
 static uint32_t cq_tails(const struct wisp_qp *qp)
 {
 	return atomic_load_explicit(&qp->scq->tail, memory_order_relaxed) +
-	       atomic_load_explicit(&qp->rcq->tail, memory_order_relaxed);
+	       atomic_load_explicit(&qp->rcq->tail, memory_order_relaxed) +
+	       wisp_cq_handed();
 }
 
 static int s_rx_done(void *arg, size_t n)
