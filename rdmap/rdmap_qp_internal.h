@@ -188,6 +188,10 @@ struct rdmap_qp {
 	bool rx_any;              /* at least one FPDU received */
 	bool rx_open;             /* the last FPDU did not end its message
 				   * (DDP L clear) */
+	uint64_t rx_msg_off;      /* payload octets of the message in
+				   * progress before the current FPDU */
+	bool rx_nt;               /* streaming stores not yet fenced
+				   * (rdmap_qp_rx.c, RX_NT_AFTER) */
 
 	/* the current ULPDU */
 	uint8_t hdr[HDR_MAX];
