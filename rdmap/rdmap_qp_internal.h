@@ -222,6 +222,13 @@ struct rdmap_qp {
 	/* ---- counters (rdmap_qp_stats.c) ---- */
 	struct rdmap_qp_stats *st;   /* cfg.stats or own_st */
 	struct rdmap_qp_stats own_st;
+
+	/* ---- receive, placement past the cache (rdmap_qp_rx.c,
+	 * RX_NT_AFTER); last, so that the fields above keep their
+	 * places in the cache lines ---- */
+	uint64_t rx_msg_off;      /* payload octets of the message in
+				   * progress before the current FPDU */
+	bool rx_nt;               /* streaming stores not yet fenced */
 };
 
 /* ---- rdmap_qp.c: shared helpers ---- */

@@ -15,6 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Receive states                                                     */
 /* ------------------------------------------------------------------ */
@@ -32,10 +36,110 @@ const char *qp_rx_state_name(enum rx_state s)
 	return rx_state_names[s];
 }
 
+/* ------------------------------------------------------------------ */
+/* Placement of large messages, past the cache                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Tagged payload copied out of the stage from RX_NT_AFTER octets into its
+ * message on goes to the MR with non-temporal stores (x86-64): a large
+ * WRITE or Read Response lands in memory that is rarely in the cache (an
+ * RDMA target; the benchmark's rotate through 32 MiB), and an ordinary
+ * store there first reads each line in and stalls the stores behind it
+ * (the header checks of the next FPDU) until it has. Streaming stores
+ * write whole lines without reading them; the partial lines at either
+ * end of a payload are copied as before. The first RX_NT_AFTER octets of
+ * every message are copied as before too, so a small message, which its
+ * reader may look at next, stays in the cache. docs/benchmarks.md, "FPDUs
+ * that fit one segment: placing past the cache".
+ *
+ * Only how the octets are stored changes, not which ones or when: the
+ * copy is the one rx_st_payload makes after the FPDU's header (and, with
+ * CRC, the FPDU's CRC) was checked, into the one iovec dest_tagged gave.
+ * Streaming stores are weakly ordered, so rx_nt_fence() (SFENCE) orders
+ * them before anything that tells another thread the octets are there: a
+ * message's end (a Read Response's completion, a later Send's), a fault
+ * (flushed completions), dropping an MR reference, and the end of every
+ * rdmap_qp_rx_done() call (after which the engine counts the octets as
+ * arrived, and a program watching memory may read them).
+ */
+#define RX_NT_AFTER (64 * 1024)
+#define RX_LINE     64
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f")))
+static void nt_lines_avx512(uint8_t *d, const uint8_t *s, size_t lines)
+{
+	for (; lines; lines--, d += RX_LINE, s += RX_LINE)
+		_mm512_stream_si512((void *)d, _mm512_loadu_si512(s));
+}
+
+static void nt_lines_sse2(uint8_t *d, const uint8_t *s, size_t lines)
+{
+	for (; lines; lines--, d += RX_LINE, s += RX_LINE) {
+		__m128i a = _mm_loadu_si128((const __m128i *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+}
+
+/* memcpy(d, s, n), the whole lines of d with streaming stores. */
+static void rx_copy_nt(struct rdmap_qp *qp, uint8_t *d, const uint8_t *s,
+		       size_t n)
+{
+	size_t head = (size_t)(-(uintptr_t)d) & (RX_LINE - 1), lines;
+
+	if (n < head + RX_LINE) {
+		memcpy(d, s, n);
+		return;
+	}
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	n -= head;
+	lines = n / RX_LINE;
+	if (__builtin_cpu_supports("avx512f"))
+		nt_lines_avx512(d, s, lines);
+	else
+		nt_lines_sse2(d, s, lines);
+	d += lines * RX_LINE;
+	s += lines * RX_LINE;
+	memcpy(d, s, n % RX_LINE);
+	qp->rx_nt = true;
+}
+
+static void rx_nt_fence(struct rdmap_qp *qp)
+{
+	if (qp->rx_nt) {
+		_mm_sfence();
+		qp->rx_nt = false;
+	}
+}
+#else
+static void rx_copy_nt(struct rdmap_qp *qp, uint8_t *d, const uint8_t *s,
+		       size_t n)
+{
+	(void)qp;
+	memcpy(d, s, n);
+}
+
+static void rx_nt_fence(struct rdmap_qp *qp)
+{
+	(void)qp;
+}
+#endif
+
 /* Queue a Terminate for fault f, quoting the current header; every later
  * octet of the stream is dropped. Returns the next state, RX_DISCARD. */
 static enum rx_state rx_fault(struct rdmap_qp *qp, struct rdmap_fault f)
 {
+	rx_nt_fence(qp);
 	qp_fault(qp, f, qp->hdr, qp->hdr_have, (uint16_t)qp->ulpdu_len);
 	qp->rx_state = RX_DISCARD;
 	return RX_DISCARD;
@@ -91,6 +195,7 @@ static void rx_tagged_end(struct rdmap_qp *qp)
 	}
 	if (!mr)
 		return;
+	rx_nt_fence(qp);
 	rdmap_mr_put(qp->mr_keep);
 	qp->mr_keep = mr;
 }
@@ -99,6 +204,7 @@ static void rx_tagged_end(struct rdmap_qp *qp)
  * MR takes its reference over; else it is dropped. */
 static void rx_keep_drop(struct rdmap_qp *qp)
 {
+	rx_nt_fence(qp);
 	if (!qp->mr_keep)
 		return;
 	if (qp->tmr_kept)
@@ -575,7 +681,6 @@ static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
  */
 #define RX_PREFETCH_MIN  512
 #define RX_PREFETCH_MAX  DIRECT_MIN
-#define RX_CACHE_LINE    64
 
 /* How many octets of the MR after this FPDU's plen payload octets to
  * ask for, and where they start (*at). (The prefetches stay in the caller:
@@ -589,6 +694,12 @@ static size_t rx_prefetch_len(const struct rdmap_qp *qp, uint32_t plen,
 
 	if (!mr || qp->h.ddp.last || plen < RX_PREFETCH_MIN)
 		return 0;
+#if defined(__x86_64__)
+	/* The next FPDU's payload is streamed there (rx_copy_nt): lines
+	 * fetched now would only be thrown out again. */
+	if (qp->rx_msg_off + plen >= RX_NT_AFTER)
+		return 0;
+#endif
 	/* ddp_check_tagged() held tptr + plen to the MR's end. */
 	*at = qp->tptr + plen;
 	left = (size_t)(mr->addr + mr->length - *at);
@@ -607,16 +718,22 @@ static enum rx_state rx_st_payload(struct rdmap_qp *qp, struct rx_in *in)
 	if (op->dest && !in->placed) {
 		int n = op->dest(qp, poff, in->len, dst);
 
-		for (int i = 0; i < n; i++) {
-			memcpy(dst[i].iov_base, data, dst[i].iov_len);
-			data += dst[i].iov_len;
+		if (op->dest == dest_tagged &&
+		    qp->rx_msg_off + poff >= RX_NT_AFTER) {
+			/* n is 1: one run in the MR (dest_tagged). */
+			rx_copy_nt(qp, dst[0].iov_base, data, dst[0].iov_len);
+		} else {
+			for (int i = 0; i < n; i++) {
+				memcpy(dst[i].iov_base, data, dst[i].iov_len);
+				data += dst[i].iov_len;
+			}
 		}
 		if (poff + in->len == qp->ulpdu_len - qp->hdr_have) {
 			const uint8_t *at = NULL;
 			size_t pf = rx_prefetch_len(qp, poff + (uint32_t)in->len,
 						    &at);
 
-			for (size_t k = 0; k < pf; k += RX_CACHE_LINE)
+			for (size_t k = 0; k < pf; k += RX_LINE)
 				__builtin_prefetch(at + k, 1, 3);
 		}
 	} else if (op->place) {
@@ -675,6 +792,14 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 		break;
 	case RX_PAYLOAD:
 		qp->rx_open = !qp->h.ddp.last;
+		if (qp->h.ddp.last) {
+			/* The message is placed: its octets before what
+			 * follows (a completion, rx_nt_fence()). */
+			rx_nt_fence(qp);
+			qp->rx_msg_off = 0;
+		} else {
+			qp->rx_msg_off += qp->ulpdu_len - qp->hdr_have;
+		}
 		qp_stat_fpdu(qp, false, &qp->h, qp->ulpdu_len - qp->hdr_have);
 		rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK].end(
 			qp, qp->ulpdu_len - qp->hdr_have);
@@ -804,6 +929,7 @@ static void rx_feed(struct rdmap_qp *qp, const uint8_t *in, size_t len,
 			if (e == MPA_ERR_CRC)
 				RDMAP_STAT_ADD(qp->st->crc_errors, 1);
 
+			rx_nt_fence(qp);
 			qp_fault(qp, rdmap_fault_llp(e, mpa_error_term(e)),
 				 NULL, 0, 0);
 			qp->rx_state = RX_DISCARD;

@@ -213,6 +213,9 @@ zero_window_case() {
 	wait_line survivor '^baseline' 30 || return 1
 	start victim server $addr $port victim "$op"; vp=$last
 	wait_line victim '^flowing' 30 || return 1
+	# The survivor counts a stall only once its own stream has flowed:
+	# stopped before that (a loaded machine), it would never say so.
+	wait_line survivor '^flowing' 30 || { kill -9 "$vp"; return 1; }
 	kill -STOP "$vp"
 	wait_line survivor '^stalled' 30 || { kill -9 "$vp"; return 1; }
 	if [ "$resume" = 1 ]; then

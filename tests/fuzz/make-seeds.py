@@ -222,6 +222,25 @@ def main():
         for cfg in (crc, crc | 8):
             write(t, f"write-segments-cfg{cfg}", bytes([cfg]) +
                   fpdu_stream(segs, crc, False))
+        # One WRITE longer than 64 KiB (RX_NT_AFTER: from there its
+        # staged payload is streamed into the MR) in segments of 1,003
+        # octets, the TO going back to the MR's start every 30 segments
+        # (the MR is 32 KiB; only bounds are checked); once ending in
+        # place, once with a segment past the MR's end after 64 KiB.
+        def long_write(n, oob_at):
+            out = []
+            for k in range(n):
+                to = 0x10000 + 1 + 1003 * (k % 30)
+                if k == oob_at:
+                    to = 0x10000 + 32 * 1024 - 500
+                out.append(tagged(0, k == n - 1, 0x15A, to) +
+                           bytes((k * 13 + i) & 0xFF for i in range(1003)))
+            return out
+        for cfg in (crc | 8, crc | 12):
+            write(t, f"write-long-cfg{cfg}", bytes([cfg]) +
+                  fpdu_stream(long_write(80, -1) + [snd], crc, False))
+        write(t, f"write-long-oob-crc{crc}", bytes([crc | 12]) +
+              fpdu_stream(long_write(80, 70), crc, False))
 
     # fuzz_tls_open: scripts of operations (fuzz_tls_open.c says what
     # each octet means); the target seals the records itself with its

@@ -6,11 +6,14 @@
  * costs were cut: the receiver parses each header where it arrived in
  * the stage and prefetches the MR after each staged tagged payload; the
  * sender, with CRC on, prefetches each next segment's source across
- * SGEs. Checked here: every octet lands where it belongs and nowhere
- * else (guard zones around the target MR, the last WRITE ending at the
- * MR's very end), whatever pieces the stream arrives in; a flipped
- * payload octet fails the CRC and a forged STag fails the header check,
- * each before any octet of that FPDU is placed.
+ * SGEs; past the first 64 KiB of a message (RX_NT_AFTER) the receiver
+ * copies whole lines with streaming stores. Checked here: every octet
+ * lands where it belongs and nowhere else (guard zones around the target
+ * MR, the last WRITE, longer than 64 KiB, ending at the MR's very end),
+ * whatever pieces the stream arrives in; a flipped payload octet fails
+ * the CRC and a forged STag fails the header check, each before any
+ * octet of that FPDU is placed, in the first 64 KiB of a WRITE and
+ * after them.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -24,11 +27,12 @@
 #define MS_MULPDU    1442u          /* 1448 - 2 (length) - 4 (CRC) */
 #define MS_EMSS      1448u
 #define MS_GUARD     4096u
-#define MS_DST       60000u         /* the target MR */
-#define MS_SRC       70000u
-#define MS_WIRE      (1u << 17)
+#define MS_DST       180000u        /* the target MR */
+#define MS_SRC       140000u
+#define MS_WIRE      (1u << 18)
 #define MS_POISON    0xee
-#define MS_NWR       3
+#define MS_NWR       4
+#define MS_NT_AFTER  65536u         /* rdmap_qp_rx.c RX_NT_AFTER */
 
 /* Each WRITE gathers three SGEs of odd lengths from scattered places. */
 struct ms_wr {
@@ -39,8 +43,11 @@ struct ms_wr {
 static const struct ms_wr ms_wrs[MS_NWR] = {
 	{ { 5, 20011, 9000 }, { 1000, 5001, 3333 }, 0 },
 	{ { 40001, 101, 33333 }, { 7777, 2897, 1 }, 9400 },
-	/* Ends exactly at the end of the target MR. */
-	{ { 50000, 3, 61111 }, { 8191, 13000, 8000 }, MS_DST - 29191 },
+	{ { 50000, 3, 61111 }, { 8191, 13000, 8000 }, 30000 },
+	/* Longer than MS_NT_AFTER; ends exactly at the end of the target
+	 * MR. */
+	{ { 17, 70001, 40000 }, { 40000, 41111, 30001 },
+	  MS_DST - 111112 },
 };
 
 static uint8_t ms_src[MS_SRC];
@@ -65,7 +72,7 @@ struct ms {
 	struct rdmap_mr smr, dmr;
 	struct rdmap_qp *tx, *rx;
 	size_t wire_len;
-	size_t fpdu_at[128];        /* where each FPDU starts on the wire */
+	size_t fpdu_at[256];        /* where each FPDU starts on the wire */
 	int nfpdu;
 };
 
@@ -158,7 +165,7 @@ static void ms_send(struct ms *m)
 		uint16_t ul = (uint16_t)(ms_wire[at] << 8 | ms_wire[at + 1]);
 
 		cr_assert_leq(ul, MS_MULPDU, "an FPDU fits one segment");
-		cr_assert_lt(m->nfpdu, 128);
+		cr_assert_lt(m->nfpdu, 256);
 		m->fpdu_at[m->nfpdu++] = at;
 		at += MPA_LEN_FIELD + ul + mpa_pad_len(ul) + MPA_CRC_LEN;
 	}
@@ -282,14 +289,29 @@ static void ms_check_cut(const struct ms *m, int k, int wr)
 			     "octet %zu of the faulty FPDU or after placed", i);
 }
 
+/* The index of the first FPDU of WRITE wr that starts more than off
+ * octets into it. */
+static int ms_fpdu_past(const struct ms *m, int wr, size_t off)
+{
+	for (int k = 0; k < m->nfpdu; k++)
+		if (ms_to_of(m, k) > ms_wrs[wr].to + off)
+			return k;
+	cr_assert_fail("no FPDU %zu octets into WRITE %d", off, wr);
+	return -1;
+}
+
 /* The FPDU index of the middle of WRITE 1. */
 static int ms_mid_of_wr1(const struct ms *m)
 {
-	for (int k = 0; k < m->nfpdu; k++)
-		if (ms_to_of(m, k) > ms_wrs[1].to + 4000)
-			return k;
-	cr_assert_fail("no FPDU in the middle of WRITE 1");
-	return -1;
+	return ms_fpdu_past(m, 1, 4000);
+}
+
+/* An FPDU of the last WRITE past its first MS_NT_AFTER octets: its
+ * payload would be streamed (not the first such FPDU, so that the
+ * octets before it in the message were streamed too). */
+static int ms_nt_fpdu(const struct ms *m)
+{
+	return ms_fpdu_past(m, MS_NWR - 1, MS_NT_AFTER + 3 * MS_MULPDU);
 }
 
 Test(qp_mss, flipped_payload_octet_fails_crc_before_placing)
@@ -298,18 +320,19 @@ Test(qp_mss, flipped_payload_octet_fails_crc_before_placing)
 	static const size_t piece_n[] = { sizeof(ms_odd) / sizeof(ms_odd[0]),
 					  1 };
 
-	for (int p = 0; p < 2; p++) {
+	/* In WRITE 1, and in the last WRITE past MS_NT_AFTER. */
+	for (int p = 0; p < 4; p++) {
 		struct ms m;
-		int k;
+		int k, wr = p < 2 ? 1 : MS_NWR - 1;
 
 		ms_init(&m, true);
 		ms_send(&m);
-		k = ms_mid_of_wr1(&m);
+		k = wr == 1 ? ms_mid_of_wr1(&m) : ms_nt_fpdu(&m);
 		/* An octet of payload in the middle of FPDU k. */
 		ms_wire[m.fpdu_at[k] + MPA_LEN_FIELD + 14 + 700] ^= 0x10;
-		ms_fault_run(&m, piece_sets[p], piece_n[p]);
+		ms_fault_run(&m, piece_sets[p % 2], piece_n[p % 2]);
 		cr_assert_eq(atomic_load(&rdmap_qp_stats(m.rx)->crc_errors), 1);
-		ms_check_cut(&m, k, 1);
+		ms_check_cut(&m, k, wr);
 		ms_fini(&m);
 	}
 }
@@ -319,17 +342,21 @@ Test(qp_mss, flipped_payload_octet_fails_crc_before_placing)
  * good and is kept by the receiver: the check may not lean on it). */
 Test(qp_mss, forged_stag_refused_before_placing)
 {
-	struct ms m;
-	int k;
+	/* In WRITE 1, and in the last WRITE past MS_NT_AFTER. */
+	for (int p = 0; p < 2; p++) {
+		struct ms m;
+		int k, wr = p ? MS_NWR - 1 : 1;
 
-	ms_init(&m, false);
-	ms_send(&m);
-	k = ms_mid_of_wr1(&m);
-	ms_wire[m.fpdu_at[k] + MPA_LEN_FIELD + 2 + 3] ^= 0x01;
-	ms_fault_run(&m, ms_odd, sizeof(ms_odd) / sizeof(ms_odd[0]));
-	cr_assert_eq(atomic_load(&rdmap_qp_stats(m.rx)->crc_errors), 0);
-	ms_check_cut(&m, k, 1);
-	ms_fini(&m);
+		ms_init(&m, false);
+		ms_send(&m);
+		k = p ? ms_nt_fpdu(&m) : ms_mid_of_wr1(&m);
+		ms_wire[m.fpdu_at[k] + MPA_LEN_FIELD + 2 + 3] ^= 0x01;
+		ms_fault_run(&m, ms_odd, sizeof(ms_odd) / sizeof(ms_odd[0]));
+		cr_assert_eq(atomic_load(&rdmap_qp_stats(m.rx)->crc_errors),
+			     0);
+		ms_check_cut(&m, k, wr);
+		ms_fini(&m);
+	}
 }
 
 /* A TO moved past the MR's end in the last WRITE's last FPDU: a bounds
