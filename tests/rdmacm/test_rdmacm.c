@@ -32,6 +32,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
+#include "cm_loopback.h"
 #include "wisp_rdmacm.h"
 
 #define WAIT_MS 5000
@@ -39,14 +40,6 @@
 #define KEY_REQ 'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'q', ' ', \
 		'F', 'r', 'a', 'm', 'e'
 #define KEY_REP "MPA ID Rep Frame"
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The next event of ch within ms, which must be of type want. */
 static struct rdma_cm_event *expect_event(struct rdma_event_channel *ch,
@@ -70,23 +63,6 @@ static void expect_no_event(struct rdma_event_channel *ch, int ms)
 	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 
 	cr_assert_eq(poll(&p, 1, ms), 0, "unexpected event");
-}
-
-static void loopback(int family, struct sockaddr_storage *ss, uint16_t port)
-{
-	memset(ss, 0, sizeof(*ss));
-	ss->ss_family = (sa_family_t)family;
-	if (family == AF_INET) {
-		struct sockaddr_in *s = (struct sockaddr_in *)ss;
-
-		s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		s->sin_port = htons(port);
-	} else {
-		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
-
-		s->sin6_addr = in6addr_loopback;
-		s->sin6_port = htons(port);
-	}
 }
 
 static socklen_t sslen(const struct sockaddr_storage *ss)
