@@ -19,6 +19,8 @@ logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rdmacm.XXXXXX)}
 mkdir -p "$logs"
 # shellcheck source=ports.sh
 . "$top/tests/rdmacm/ports.sh"
+# shellcheck source=runner.sh
+. "$top/tests/rdmacm/runner.sh"
 
 cases=(
 	rping_ipv4 rping_ipv6 rping_sizes rping_mpa_rev1 rping_crc
@@ -30,10 +32,6 @@ cases=(
 	tls_rping_psk_sizes tls_rping_x509_ipv6 tls_rdma_server_client
 	tls_rping_epoll tls_capture
 )
-
-need() {
-	command -v "$1" >/dev/null 2>&1
-}
 
 # A fresh port for each server (ports.sh): never one that another
 # program, or a runner of another build, uses.
@@ -228,15 +226,8 @@ for p in rping rdma_server rdma_client ucmatose; do
 	fi
 done
 
-# An AddressSanitizer build of wisp loads into programs that are not
-# instrumented: its runtime must come first, and their own leaks at exit
-# are not ours to report.
 libdir=${WISP_LIB_DIR:-$top/build/release/lib}
-asan=$(ldd "$libdir/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
-	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
+asan_preload "$libdir"
 
 selected=("$@")
 [ ${#selected[@]} -gt 0 ] || selected=("${cases[@]}")
@@ -392,21 +383,7 @@ sys.exit(1 if problems else 0)
 PY
 }
 
-for c in "${selected[@]}"; do
-	if ! declare -F "$c" >/dev/null; then
-		echo "unknown case $c (--list shows them)" >&2
-		failed=$((failed + 1))
-		continue
-	fi
-	t0=$(date +%s%N)
-	if "$c"; then
-		echo "[PASS] rdmacm_programs::$c ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
-		passed=$((passed + 1))
-	else
-		echo "[FAIL] rdmacm_programs::$c"
-		failed=$((failed + 1))
-	fi
-done
+run_cases rdmacm_programs "" "${selected[@]}"
 if [ "$failed" -eq 0 ]; then
 	echo "rdmacm programs: $passed passed, 0 failed"
 	[ -n "${WISP_TEST_LOGS:-}" ] || rm -rf "$logs"
