@@ -204,6 +204,32 @@ rand_ms() {
 	echo $((($1) + RANDOM % ($2 - $1)))
 }
 
+# send_bg LOG SRC DEST ARG...: a sender to this run's receiver started
+# in the background, its errors appended to LOG; its pid in $pid (the
+# caller's) and in pids.
+send_bg() {
+	local log=$1 src=$2 dst=$3
+	shift 3
+	"$run" "$repl" send "$src" "$dst" --port "$port" "$@" >/dev/null 2>>"$log" &
+	pid=$!
+	pids+=("$pid")
+}
+
+# kill_wait PID: kill -9 and reap it.
+kill_wait() {
+	kill -9 "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+
+# wait_journal DIR N: until the journal in DIR holds N chunks (10 s at
+# most; the caller goes on either way).
+wait_journal() {
+	for _ in $(seq 100); do
+		[ "$(journal_chunks "$1")" -ge "$2" ] && break
+		sleep 0.1
+	done
+}
+
 # check_window LOG J: the killed sender's last "credit: sent S credited
 # M" (-v) against the J chunks in the journal: every credited chunk is
 # journalled (M <= J), and what a rerun resends of what was sent is at
@@ -234,14 +260,11 @@ kill_sender() {
 	for i in $(seq "$kills"); do
 		rm -f "$d/dst/src"
 		touch "$d/src"	# a new version: the receiver starts over
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
-		pid=$!
-		pids+=("$pid")
+		send_bg "$logs/$cur.killed$i" "$d/src" 127.0.0.1: -v \
+			--chunk 256k --limit 32M
 		ms=$(rand_ms 100 1800)
-		sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
-		kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		sleep_ms "$ms"
+		kill_wait "$pid"
 		wait_idle || { stop_serve; return 1; }
 		j=$(journal_chunks "$d/dst")
 		check_window "$logs/$cur.killed$i" "$j" || { stop_serve; return 1; }
@@ -269,17 +292,15 @@ kill_receiver() {
 		rm -f "$d/dst/src"
 		touch "$d/src"
 		serve "$d/dst" || return 1
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --timeout 20 -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
-		pid=$!
-		pids+=("$pid")
+		send_bg "$logs/$cur.killed$i" "$d/src" 127.0.0.1: --timeout 20 -v \
+			--chunk 256k --limit 32M
 		# from the moment this round's job is under way (on a loaded
 		# machine the sender may take longer than the delay to connect,
 		# and a receiver killed before that is a refused connection)
 		# (each earlier round started two jobs: the killed one and the rerun)
 		wait_count "job started" $((2 * i - 1)) || return 1
 		ms=$(rand_ms 50 1500)
-		sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+		sleep_ms "$ms"
 		kill -9 "$spid"
 		wait "$spid" 2>/dev/null
 		wait "$pid"
@@ -370,15 +391,12 @@ rerun_killed() {
 	for i in $(seq "$kills"); do
 		rm -f "$d/dst/src"
 		touch "$d/src"	# a new version: the receiver starts over
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
-		pid=$!
-		pids+=("$pid")
+		send_bg "$logs/$cur.killed$i" "$d/src" 127.0.0.1: -v \
+			--chunk 256k --limit 32M
 		wait_count "chunks already here" $((2 * i - 1)) || { stop_serve; return 1; }
 		ms=$(rand_ms 100 1500)
 		sleep_ms "$ms"
-		kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		kill_wait "$pid"
 		send "$d/src" 127.0.0.1: --chunk 256k
 		have=$(have_chunks src)
 		took=$(grep -c "takes over" "$logs/$cur.server")
@@ -450,8 +468,7 @@ rerun_cut() {
 			nsenter -t "$h" -n iptables-legacy -A INPUT -p tcp --dport "$e" -j DROP ||
 				break 2
 		done
-		kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		kill_wait "$pid"
 		send "$d/src" 127.0.0.1: --chunk 256k
 		have=$(have_chunks src)
 		echo "round $i: cut and killed ${ms} ms into the file, rerun at once: the journal had $have, rerun: $out" \
@@ -487,10 +504,7 @@ rerun_stopped() {
 		--chunk 256k --limit 32M >"$logs/$cur.old.out" 2>"$logs/$cur.old" &
 	apid=$!
 	pids+=("$apid")
-	for _ in $(seq 100); do
-		[ "$(journal_chunks "$d/dst")" -ge 8 ] && break
-		sleep 0.1
-	done
+	wait_journal "$d/dst" 8
 	kill -STOP "$apid"
 	# another destination: refused as before, nothing written there
 	send "$d/src" 127.0.0.1:other --chunk 256k
@@ -565,14 +579,11 @@ image_loop() {
 		{ echo "rerun after a change: $out" >&2; stop_serve; return 1; }
 	# kill -9 mid-transfer: the rerun resumes from the journal
 	rm -f "$d/dst/$name"
-	"$run" "$repl" send "$lo" 127.0.0.1:images --port "$port" -v --chunk 256k \
-		--limit 16M >/dev/null 2>"$logs/$cur.killed1" &
-	pid=$!
-	pids+=("$pid")
+	send_bg "$logs/$cur.killed1" "$lo" 127.0.0.1:images -v --chunk 256k \
+		--limit 16M
 	wait_count "chunks already here" 3 || { stop_serve; return 1; }
 	sleep_ms "$(rand_ms 300 1000)"
-	kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	kill_wait "$pid"
 	wait_idle || { stop_serve; return 1; }
 	send "$lo" 127.0.0.1:images --chunk 256k
 	have=$(have_chunks "$name")
@@ -582,16 +593,10 @@ image_loop() {
 		{ stop_serve; return 1; }
 	# kill -9 once chunk 0 is journalled, then change chunk 0: exit 7
 	rm -f "$d/dst/$name"
-	"$run" "$repl" send "$lo" 127.0.0.1:images --port "$port" --chunk 256k \
-		--limit 8M >/dev/null 2>>"$logs/$cur.client" &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do
-		[ "$(journal_chunks "$d/dst")" -ge 4 ] && break
-		sleep 0.1
-	done
-	kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	send_bg "$logs/$cur.client" "$lo" 127.0.0.1:images --chunk 256k \
+		--limit 8M
+	wait_journal "$d/dst" 4
+	kill_wait "$pid"
 	wait_idle || { stop_serve; return 1; }
 	dd if=/dev/urandom of="$lo" bs=4096 seek=1 count=1 conv=notrunc,fsync status=none
 	send "$lo" 127.0.0.1:images --chunk 256k
@@ -611,16 +616,9 @@ corrupt_part() {
 	mkdir -p "$d/dst"
 	mkfile "$d/src" $((16 * 1024 * 1024))
 	serve "$d/dst" || return 1
-	"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --chunk 256k \
-		--limit 8M >/dev/null 2>>"$logs/$cur.client" &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do
-		[ "$(journal_chunks "$d/dst")" -ge 4 ] && break
-		sleep 0.1
-	done
-	kill -9 "$pid"
-	wait "$pid" 2>/dev/null
+	send_bg "$logs/$cur.client" "$d/src" 127.0.0.1: --chunk 256k --limit 8M
+	wait_journal "$d/dst" 4
+	kill_wait "$pid"
 	wait_idle || { stop_serve; return 1; }
 	part=$(ls "$d/dst"/.wisp-repl/*.part)
 	jr=$(ls "$d/dst"/.wisp-repl/*.journal)
