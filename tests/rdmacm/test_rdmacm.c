@@ -1340,6 +1340,28 @@ Test(rdmacm, slow_handshakes_do_not_starve_clients, .timeout = 60)
 	rdma_destroy_event_channel(sch);
 }
 
+/* The next event of ch is a CONNECT_REQUEST; its id is destroyed
+ * (the Request refused). */
+static void drop_request(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev = expect_event(ch,
+						RDMA_CM_EVENT_CONNECT_REQUEST,
+						WAIT_MS);
+
+	rdma_destroy_id(ev->id);
+	rdma_ack_cm_event(ev);
+}
+
+/* The raw peers s[0..n) closed, then the listener l and its channel. */
+static void close_raw_listener(int *s, int n, struct rdma_event_channel *ch,
+			       struct rdma_cm_id *l)
+{
+	for (int i = 0; i < n; i++)
+		close(s[i]);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
 Test(rdmacm, listen_backlog_bounds_queued_requests)
 {
 	/* rdma_listen(id, 2): two CONNECT_REQUESTs wait for the
@@ -1348,7 +1370,6 @@ Test(rdmacm, listen_backlog_bounds_queued_requests)
 	 * there is room again. */
 	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
 	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *l;
 	uint8_t rep[20];
 	int s[4];
@@ -1364,21 +1385,12 @@ Test(rdmacm, listen_backlog_bounds_queued_requests)
 	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
 	cr_assert_eq(rep[16] & 0x20, 0x20, "with R set");
 
-	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	rdma_destroy_id(ev->id);
-	rdma_ack_cm_event(ev);
+	drop_request(ch);
 	s[3] = raw_request(AF_INET, port, req, sizeof(req));
-	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	rdma_destroy_id(ev->id);
-	rdma_ack_cm_event(ev);
-	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	rdma_destroy_id(ev->id);
-	rdma_ack_cm_event(ev);
+	drop_request(ch);
+	drop_request(ch);
 	expect_no_event(ch, 200);
-	for (int i = 0; i < 4; i++)
-		close(s[i]);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(ch);
+	close_raw_listener(s, 4, ch, l);
 }
 
 Test(rdmacm, listen_backlog_zero_is_the_default)
@@ -1387,7 +1399,6 @@ Test(rdmacm, listen_backlog_zero_is_the_default)
 	 * default, here WISP_CM_MAX_BACKLOG; 3 Requests then all wait. */
 	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
 	struct rdma_event_channel *ch;
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *l;
 	uint16_t port;
 	int s[4];
@@ -1400,16 +1411,10 @@ Test(rdmacm, listen_backlog_zero_is_the_default)
 		s[i] = raw_request(AF_INET, port, req, sizeof(req));
 		poll(NULL, 0, 100);
 	}
-	for (int i = 0; i < 3; i++) {
-		ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-		rdma_destroy_id(ev->id);
-		rdma_ack_cm_event(ev);
-	}
+	for (int i = 0; i < 3; i++)
+		drop_request(ch);
 	expect_no_event(ch, 200);
-	for (int i = 0; i < 4; i++)
-		close(s[i]);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(ch);
+	close_raw_listener(s, 4, ch, l);
 }
 
 Test(rdmacm, pending_limits_environment_is_strict)
