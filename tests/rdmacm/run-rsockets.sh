@@ -18,8 +18,6 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 run="$top/scripts/wisp-run"
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rsockets.XXXXXX)}
 mkdir -p "$logs"
-# shellcheck source=ports.sh
-. "$top/tests/rdmacm/ports.sh"
 # shellcheck source=runner.sh
 . "$top/tests/rdmacm/runner.sh"
 

@@ -2,7 +2,11 @@
 # runner.sh: what the program runners of tests/rdmacm (run-programs.sh,
 # run-rsockets.sh, run-perftest.sh) share, sourced by each: whether a
 # program is installed, the AddressSanitizer runtime for programs that
-# are not instrumented, and the loop that runs the selected cases.
+# are not instrumented, and the loop that runs the selected cases; and
+# ports.sh, which it sources.
+
+# shellcheck source=ports.sh
+. "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 # need PROGRAM: PROGRAM is on PATH.
 need() {
