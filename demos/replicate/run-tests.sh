@@ -64,16 +64,6 @@ wait_idle() {
 	return 1
 }
 
-# wait_log PATTERN: until the receiver's log has PATTERN; 30 s at most.
-wait_log() {
-	for _ in $(seq 300); do
-		grep -q "$1" "$logs/$cur.server" && return 0
-		sleep 0.1
-	done
-	echo "no '$1' from the receiver" >&2
-	return 1
-}
-
 # wait_count PATTERN N: until the receiver's log has PATTERN N times; 30 s
 # at most.
 wait_count() {
@@ -82,6 +72,13 @@ wait_count() {
 		sleep 0.1
 	done
 	echo "no '$1' ($2 times) from the receiver" >&2
+	return 1
+}
+
+# wait_log PATTERN: until the receiver's log has PATTERN; 30 s at most.
+wait_log() {
+	wait_count "$1" 1 2>/dev/null && return 0
+	echo "no '$1' from the receiver" >&2
 	return 1
 }
 
