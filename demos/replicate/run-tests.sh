@@ -661,6 +661,13 @@ expect_fail() {
 		{ echo "JSON summary: $out" >&2; return 1; }
 }
 
+# expect_unpublished CODE TEXT FILE: as expect_fail, and nothing stands
+# under FILE, the final name.
+expect_unpublished() {
+	expect_fail "$1" "$2" || return 1
+	[ ! -e "$3" ] || { echo "incomplete file published" >&2; return 1; }
+}
+
 err_refused() {
 	pick_port || return 1
 	mkfile "$work/$cur.src" 1000
@@ -717,8 +724,7 @@ err_vanished() {
 	send "$d/src" 127.0.0.1: --limit 16M --chunk 256k
 	wait "$rmpid"
 	stop_serve
-	expect_fail 4 "source vanished" || return 1
-	[ ! -e "$d/dst/src" ] || { echo "incomplete file published" >&2; return 1; }
+	expect_unpublished 4 "source vanished" "$d/dst/src"
 }
 
 # the receiver's disk is full: a 4 MiB tmpfs in a private mount namespace
@@ -739,8 +745,7 @@ err_enospc() {
 	wait_listen "$port" "$spid" || return 1
 	send "$d/src" 127.0.0.1:
 	stop_serve
-	expect_fail 5 "No space left on device" || return 1
-	[ ! -e "$d/dst/src" ] || { echo "incomplete file published" >&2; return 1; }
+	expect_unpublished 5 "No space left on device" "$d/dst/src"
 }
 
 # the receiver may not write where it is asked to
