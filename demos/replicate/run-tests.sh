@@ -212,6 +212,16 @@ send_bg() {
 	pids+=("$pid")
 }
 
+# killed_round D I: round I of a kill -9 case in folder D: a new version
+# of D/src (the receiver starts over), nothing under its final name, and
+# its sender in the background (-v, its errors in the round's log).
+killed_round() {
+	rm -f "$1/dst/src"
+	touch "$1/src"
+	send_bg "$logs/$cur.killed$2" "$1/src" 127.0.0.1: -v \
+		--chunk 256k --limit 32M
+}
+
 # kill_wait PID: kill -9 and reap it.
 kill_wait() {
 	kill -9 "$1" 2>/dev/null
@@ -255,10 +265,7 @@ kill_sender() {
 	mkfile "$d/src" $big
 	serve "$d/dst" || return 1
 	for i in $(seq "$kills"); do
-		rm -f "$d/dst/src"
-		touch "$d/src"	# a new version: the receiver starts over
-		send_bg "$logs/$cur.killed$i" "$d/src" 127.0.0.1: -v \
-			--chunk 256k --limit 32M
+		killed_round "$d" "$i"
 		ms=$(rand_ms 100 1800)
 		sleep_ms "$ms"
 		kill_wait "$pid"
@@ -386,10 +393,7 @@ rerun_killed() {
 	mkfile "$d/src" $big
 	serve "$d/dst" || return 1
 	for i in $(seq "$kills"); do
-		rm -f "$d/dst/src"
-		touch "$d/src"	# a new version: the receiver starts over
-		send_bg "$logs/$cur.killed$i" "$d/src" 127.0.0.1: -v \
-			--chunk 256k --limit 32M
+		killed_round "$d" "$i"
 		wait_count "chunks already here" $((2 * i - 1)) || { stop_serve; return 1; }
 		ms=$(rand_ms 100 1500)
 		sleep_ms "$ms"
