@@ -37,32 +37,12 @@ next_port() {
 	pick_port
 }
 
-# server_client NAME SERVER_CMD... -- CLIENT_CMD...: start the server,
-# wait for its port, run the client; both must exit 0 in time.
+# server_client NAME SERVER_CMD... -- CLIENT_CMD...: pair (runner.sh)
+# with 60 s for each side.
 server_client() {
-	local name=$1 srv=() cli=() spid src crc
+	local name=$1
 	shift
-	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	timeout 60 "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
-	spid=$!
-	if ! wait_listen "$port" "$spid"; then
-		echo "server did not listen on $port" >&2
-		kill "$spid" 2>/dev/null
-		wait "$spid" 2>/dev/null
-		return 1
-	fi
-	timeout 60 "$run" "${cli[@]}" >"$logs/$name.client" 2>&1
-	crc=$?
-	wait "$spid"
-	src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
-		echo "client exit $crc, server exit $src (logs: $logs/$name.*)" >&2
-		tail -n 5 "$logs/$name.client" "$logs/$name.server" >&2
-		return 1
-	fi
-	return 0
+	pair "$name" 60 "$@"
 }
 
 # rping with data verification: COUNT pings of SIZE must arrive both ways.

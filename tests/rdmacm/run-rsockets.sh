@@ -32,33 +32,6 @@ cases=(
 	rcopy_file riostream_blocking riostream_latency
 )
 
-# pair NAME LIMIT SERVER_CMD... -- CLIENT_CMD...: start the server, wait
-# for its port, run the client; both must exit 0 within LIMIT seconds.
-pair() {
-	local name=$1 limit=$2 srv=() cli=() spid src crc
-	shift 2
-	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	timeout "$limit" "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
-	spid=$!
-	if ! wait_listen "$port" "$spid"; then
-		echo "server did not listen on $port" >&2
-		kill "$spid" 2>/dev/null
-		wait "$spid" 2>/dev/null
-		return 1
-	fi
-	timeout "$limit" "$run" "${cli[@]}" >"$logs/$name.client" 2>&1
-	crc=$?
-	wait "$spid"
-	src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
-		echo "client exit $crc, server exit $src (logs: $logs/$name.*)" >&2
-		tail -n 5 "$logs/$name.client" "$logs/$name.server" >&2
-		return 1
-	fi
-}
-
 # rstream_case NAME LIMIT LINES ARGS...: rstream server and client with
 # the same ARGS; each must print LINES result lines (after the header).
 rstream_case() {

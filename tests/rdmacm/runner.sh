@@ -2,8 +2,8 @@
 # runner.sh: what the program runners of tests/rdmacm (run-programs.sh,
 # run-rsockets.sh, run-perftest.sh) share, sourced by each: whether a
 # program is installed, the AddressSanitizer runtime for programs that
-# are not instrumented, and the loop that runs the selected cases; and
-# ports.sh, which it sources.
+# are not instrumented, a server and its client run as a pair, and the
+# loop that runs the selected cases; and ports.sh, which it sources.
 
 # shellcheck source=ports.sh
 . "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
@@ -23,6 +23,36 @@ asan_preload() {
 	if [ -n "$asan" ]; then
 		export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
 		export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+	fi
+}
+
+# pair NAME LIMIT SERVER_CMD... -- CLIENT_CMD...: start the server
+# through $run (wisp-run), wait for it to listen on $port (ports.sh), run
+# the client; both must exit 0 within LIMIT seconds. Their output in
+# $logs/NAME.server and $logs/NAME.client.
+# shellcheck disable=SC2154 # run, logs: the sourcing runner's; port: ports.sh
+pair() {
+	local name=$1 limit=$2 srv=() cli=() spid src crc
+	shift 2
+	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	timeout "$limit" "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
+	spid=$!
+	if ! wait_listen "$port" "$spid"; then
+		echo "server did not listen on $port" >&2
+		kill "$spid" 2>/dev/null
+		wait "$spid" 2>/dev/null
+		return 1
+	fi
+	timeout "$limit" "$run" "${cli[@]}" >"$logs/$name.client" 2>&1
+	crc=$?
+	wait "$spid"
+	src=$?
+	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
+		echo "client exit $crc, server exit $src (logs: $logs/$name.*)" >&2
+		tail -n 5 "$logs/$name.client" "$logs/$name.server" >&2
+		return 1
 	fi
 }
 
