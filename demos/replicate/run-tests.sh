@@ -64,16 +64,6 @@ wait_idle() {
 	return 1
 }
 
-# wait_log PATTERN: until the receiver's log has PATTERN; 30 s at most.
-wait_log() {
-	for _ in $(seq 300); do
-		grep -q "$1" "$logs/$cur.server" && return 0
-		sleep 0.1
-	done
-	echo "no '$1' from the receiver" >&2
-	return 1
-}
-
 # wait_count PATTERN N: until the receiver's log has PATTERN N times; 30 s
 # at most.
 wait_count() {
@@ -82,6 +72,13 @@ wait_count() {
 		sleep 0.1
 	done
 	echo "no '$1' ($2 times) from the receiver" >&2
+	return 1
+}
+
+# wait_log PATTERN: until the receiver's log has PATTERN; 30 s at most.
+wait_log() {
+	wait_count "$1" 1 2>/dev/null && return 0
+	echo "no '$1' from the receiver" >&2
 	return 1
 }
 
@@ -204,6 +201,42 @@ rand_ms() {
 	echo $((($1) + RANDOM % ($2 - $1)))
 }
 
+# send_bg LOG SRC DEST ARG...: a sender to this run's receiver started
+# in the background, its errors appended to LOG; its pid in $pid (the
+# caller's) and in pids.
+send_bg() {
+	local log=$1 src=$2 dst=$3
+	shift 3
+	"$run" "$repl" send "$src" "$dst" --port "$port" "$@" >/dev/null 2>>"$log" &
+	pid=$!
+	pids+=("$pid")
+}
+
+# killed_round D I: round I of a kill -9 case in folder D: a new version
+# of D/src (the receiver starts over), nothing under its final name, and
+# its sender in the background (-v, its errors in the round's log).
+killed_round() {
+	rm -f "$1/dst/src"
+	touch "$1/src"
+	send_bg "$logs/$cur.killed$2" "$1/src" 127.0.0.1: -v \
+		--chunk 256k --limit 32M
+}
+
+# kill_wait PID: kill -9 and reap it.
+kill_wait() {
+	kill -9 "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+
+# wait_journal DIR N: until the journal in DIR holds N chunks (10 s at
+# most; the caller goes on either way).
+wait_journal() {
+	for _ in $(seq 100); do
+		[ "$(journal_chunks "$1")" -ge "$2" ] && break
+		sleep 0.1
+	done
+}
+
 # check_window LOG J: the killed sender's last "credit: sent S credited
 # M" (-v) against the J chunks in the journal: every credited chunk is
 # journalled (M <= J), and what a rerun resends of what was sent is at
@@ -232,16 +265,10 @@ kill_sender() {
 	mkfile "$d/src" $big
 	serve "$d/dst" || return 1
 	for i in $(seq "$kills"); do
-		rm -f "$d/dst/src"
-		touch "$d/src"	# a new version: the receiver starts over
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
-		pid=$!
-		pids+=("$pid")
+		killed_round "$d" "$i"
 		ms=$(rand_ms 100 1800)
-		sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
-		kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		sleep_ms "$ms"
+		kill_wait "$pid"
 		wait_idle || { stop_serve; return 1; }
 		j=$(journal_chunks "$d/dst")
 		check_window "$logs/$cur.killed$i" "$j" || { stop_serve; return 1; }
@@ -269,17 +296,15 @@ kill_receiver() {
 		rm -f "$d/dst/src"
 		touch "$d/src"
 		serve "$d/dst" || return 1
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --timeout 20 -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
-		pid=$!
-		pids+=("$pid")
+		send_bg "$logs/$cur.killed$i" "$d/src" 127.0.0.1: --timeout 20 -v \
+			--chunk 256k --limit 32M
 		# from the moment this round's job is under way (on a loaded
 		# machine the sender may take longer than the delay to connect,
 		# and a receiver killed before that is a refused connection)
 		# (each earlier round started two jobs: the killed one and the rerun)
 		wait_count "job started" $((2 * i - 1)) || return 1
 		ms=$(rand_ms 50 1500)
-		sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+		sleep_ms "$ms"
 		kill -9 "$spid"
 		wait "$spid" 2>/dev/null
 		wait "$pid"
@@ -368,17 +393,11 @@ rerun_killed() {
 	mkfile "$d/src" $big
 	serve "$d/dst" || return 1
 	for i in $(seq "$kills"); do
-		rm -f "$d/dst/src"
-		touch "$d/src"	# a new version: the receiver starts over
-		"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" -v \
-			--chunk 256k --limit 32M >/dev/null 2>"$logs/$cur.killed$i" &
-		pid=$!
-		pids+=("$pid")
+		killed_round "$d" "$i"
 		wait_count "chunks already here" $((2 * i - 1)) || { stop_serve; return 1; }
 		ms=$(rand_ms 100 1500)
 		sleep_ms "$ms"
-		kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		kill_wait "$pid"
 		send "$d/src" 127.0.0.1: --chunk 256k
 		have=$(have_chunks src)
 		took=$(grep -c "takes over" "$logs/$cur.server")
@@ -450,8 +469,7 @@ rerun_cut() {
 			nsenter -t "$h" -n iptables-legacy -A INPUT -p tcp --dport "$e" -j DROP ||
 				break 2
 		done
-		kill -9 "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		kill_wait "$pid"
 		send "$d/src" 127.0.0.1: --chunk 256k
 		have=$(have_chunks src)
 		echo "round $i: cut and killed ${ms} ms into the file, rerun at once: the journal had $have, rerun: $out" \
@@ -487,10 +505,7 @@ rerun_stopped() {
 		--chunk 256k --limit 32M >"$logs/$cur.old.out" 2>"$logs/$cur.old" &
 	apid=$!
 	pids+=("$apid")
-	for _ in $(seq 100); do
-		[ "$(journal_chunks "$d/dst")" -ge 8 ] && break
-		sleep 0.1
-	done
+	wait_journal "$d/dst" 8
 	kill -STOP "$apid"
 	# another destination: refused as before, nothing written there
 	send "$d/src" 127.0.0.1:other --chunk 256k
@@ -565,14 +580,11 @@ image_loop() {
 		{ echo "rerun after a change: $out" >&2; stop_serve; return 1; }
 	# kill -9 mid-transfer: the rerun resumes from the journal
 	rm -f "$d/dst/$name"
-	"$run" "$repl" send "$lo" 127.0.0.1:images --port "$port" -v --chunk 256k \
-		--limit 16M >/dev/null 2>"$logs/$cur.killed1" &
-	pid=$!
-	pids+=("$pid")
+	send_bg "$logs/$cur.killed1" "$lo" 127.0.0.1:images -v --chunk 256k \
+		--limit 16M
 	wait_count "chunks already here" 3 || { stop_serve; return 1; }
 	sleep_ms "$(rand_ms 300 1000)"
-	kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	kill_wait "$pid"
 	wait_idle || { stop_serve; return 1; }
 	send "$lo" 127.0.0.1:images --chunk 256k
 	have=$(have_chunks "$name")
@@ -582,16 +594,10 @@ image_loop() {
 		{ stop_serve; return 1; }
 	# kill -9 once chunk 0 is journalled, then change chunk 0: exit 7
 	rm -f "$d/dst/$name"
-	"$run" "$repl" send "$lo" 127.0.0.1:images --port "$port" --chunk 256k \
-		--limit 8M >/dev/null 2>>"$logs/$cur.client" &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do
-		[ "$(journal_chunks "$d/dst")" -ge 4 ] && break
-		sleep 0.1
-	done
-	kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	send_bg "$logs/$cur.client" "$lo" 127.0.0.1:images --chunk 256k \
+		--limit 8M
+	wait_journal "$d/dst" 4
+	kill_wait "$pid"
 	wait_idle || { stop_serve; return 1; }
 	dd if=/dev/urandom of="$lo" bs=4096 seek=1 count=1 conv=notrunc,fsync status=none
 	send "$lo" 127.0.0.1:images --chunk 256k
@@ -611,16 +617,9 @@ corrupt_part() {
 	mkdir -p "$d/dst"
 	mkfile "$d/src" $((16 * 1024 * 1024))
 	serve "$d/dst" || return 1
-	"$run" "$repl" send "$d/src" 127.0.0.1: --port "$port" --chunk 256k \
-		--limit 8M >/dev/null 2>>"$logs/$cur.client" &
-	pid=$!
-	pids+=("$pid")
-	for _ in $(seq 100); do
-		[ "$(journal_chunks "$d/dst")" -ge 4 ] && break
-		sleep 0.1
-	done
-	kill -9 "$pid"
-	wait "$pid" 2>/dev/null
+	send_bg "$logs/$cur.client" "$d/src" 127.0.0.1: --chunk 256k --limit 8M
+	wait_journal "$d/dst" 4
+	kill_wait "$pid"
 	wait_idle || { stop_serve; return 1; }
 	part=$(ls "$d/dst"/.wisp-repl/*.part)
 	jr=$(ls "$d/dst"/.wisp-repl/*.journal)
@@ -664,6 +663,13 @@ expect_fail() {
 	# --json: the summary says so too
 	[ "$(json result)" = error ] && [ "$(json exit)" = "$1" ] ||
 		{ echo "JSON summary: $out" >&2; return 1; }
+}
+
+# expect_unpublished CODE TEXT FILE: as expect_fail, and nothing stands
+# under FILE, the final name.
+expect_unpublished() {
+	expect_fail "$1" "$2" || return 1
+	[ ! -e "$3" ] || { echo "incomplete file published" >&2; return 1; }
 }
 
 err_refused() {
@@ -722,8 +728,7 @@ err_vanished() {
 	send "$d/src" 127.0.0.1: --limit 16M --chunk 256k
 	wait "$rmpid"
 	stop_serve
-	expect_fail 4 "source vanished" || return 1
-	[ ! -e "$d/dst/src" ] || { echo "incomplete file published" >&2; return 1; }
+	expect_unpublished 4 "source vanished" "$d/dst/src"
 }
 
 # the receiver's disk is full: a 4 MiB tmpfs in a private mount namespace
@@ -744,8 +749,7 @@ err_enospc() {
 	wait_listen "$port" "$spid" || return 1
 	send "$d/src" 127.0.0.1:
 	stop_serve
-	expect_fail 5 "No space left on device" || return 1
-	[ ! -e "$d/dst/src" ] || { echo "incomplete file published" >&2; return 1; }
+	expect_unpublished 5 "No space left on device" "$d/dst/src"
 }
 
 # the receiver may not write where it is asked to

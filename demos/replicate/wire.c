@@ -117,9 +117,9 @@ void req_encode(const struct conn_req *r, unsigned char *w)
 }
 
 /* The magic and the version first, so that a peer of another protocol
- * or byte order is named as such. */
+ * or byte order is named as such; then at least min octets. */
 static enum wire_check check_head(const unsigned char *w, unsigned len,
-				  uint16_t *version)
+				  unsigned min, uint16_t *version)
 {
 	uint32_t magic;
 
@@ -133,7 +133,9 @@ static enum wire_check check_head(const unsigned char *w, unsigned len,
 	if (len < 6)
 		return WIRE_SHORT;
 	*version = get16(w + 4);
-	return *version == REPL_VERSION ? WIRE_OK : WIRE_VERSION;
+	if (*version != REPL_VERSION)
+		return WIRE_VERSION;
+	return len < min ? WIRE_SHORT : WIRE_OK;
 }
 
 enum wire_check req_decode(const void *wv, unsigned len, struct conn_req *r)
@@ -142,11 +144,9 @@ enum wire_check req_decode(const void *wv, unsigned len, struct conn_req *r)
 	enum wire_check c;
 
 	memset(r, 0, sizeof(*r));
-	c = check_head(w, len, &r->version);
+	c = check_head(w, len, REPL_REQ_LEN_MIN, &r->version);
 	if (c != WIRE_OK)
 		return c;
-	if (len < REPL_REQ_LEN_MIN)
-		return WIRE_SHORT;
 	r->magic = get32(w + 0);
 	r->stream = get16(w + 6);
 	r->nstreams = get16(w + 8);
@@ -180,11 +180,9 @@ enum wire_check rep_decode(const void *wv, unsigned len, struct conn_rep *r)
 	enum wire_check c;
 
 	memset(r, 0, sizeof(*r));
-	c = check_head(w, len, &r->version);
+	c = check_head(w, len, REPL_REP_LEN, &r->version);
 	if (c != WIRE_OK)
 		return c;
-	if (len < REPL_REP_LEN)
-		return WIRE_SHORT;
 	r->magic = get32(w + 0);
 	r->reason = get16(w + 6);
 	r->status = get32(w + 8);

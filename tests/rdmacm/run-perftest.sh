@@ -29,8 +29,8 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 run="$top/scripts/wisp-run"
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-perftest.XXXXXX)}
 mkdir -p "$logs"
-# shellcheck source=ports.sh
-. "$top/tests/rdmacm/ports.sh"
+# shellcheck source=runner.sh
+. "$top/tests/rdmacm/runner.sh"
 
 cases=(
 	send_bw_8 send_bw_4k send_bw_64k send_bw_1m
@@ -44,10 +44,6 @@ cases=(
 
 # Skipped, not failed: a case function returns this.
 SKIP=77
-
-need() {
-	command -v "$1" >/dev/null 2>&1
-}
 
 # wait_listen PORT PID: until something listens on TCP PORT (while
 # process PID lives; 30 s at most, a hang guard).
@@ -305,15 +301,8 @@ for p in ib_send_bw ib_write_bw ib_read_bw ib_send_lat ib_write_lat; do
 	fi
 done
 
-# An AddressSanitizer build of wisp loads into programs that are not
-# instrumented: its runtime must come first, and their own leaks at exit
-# are not ours to report.
 libdir=${WISP_LIB_DIR:-$top/build/release/lib}
-asan=$(ldd "$libdir/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
-	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
+asan_preload "$libdir"
 
 # perftest's clients get await-listener.so (built next to the suites:
 # tests/rdmacm/CMakeLists.txt passes it as WISP_AWAIT_LISTENER).
@@ -329,27 +318,7 @@ selected=("$@")
 passed=0
 failed=0
 skipped=0
-for c in "${selected[@]}"; do
-	if ! declare -F "$c" >/dev/null || [[ " ${cases[*]} " != *" $c "* ]]; then
-		echo "unknown case $c (--list shows them)" >&2
-		failed=$((failed + 1))
-		continue
-	fi
-	t0=$(date +%s%N)
-	"$c"
-	rc=$?
-	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-	if [ "$rc" -eq 0 ]; then
-		echo "[PASS] perftest_programs::$c ($ms ms)"
-		passed=$((passed + 1))
-	elif [ "$rc" -eq $SKIP ]; then
-		echo "[SKIP] perftest_programs::$c"
-		skipped=$((skipped + 1))
-	else
-		echo "[FAIL] perftest_programs::$c"
-		failed=$((failed + 1))
-	fi
-done
+run_cases perftest_programs "$SKIP" "${selected[@]}"
 if [ "$failed" -eq 0 ]; then
 	echo "perftest: $passed passed, 0 failed, $skipped skipped"
 	[ -n "${WISP_TEST_LOGS:-}" ] || rm -rf "$logs"

@@ -17,8 +17,8 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 run="$top/scripts/wisp-run"
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rdmacm.XXXXXX)}
 mkdir -p "$logs"
-# shellcheck source=ports.sh
-. "$top/tests/rdmacm/ports.sh"
+# shellcheck source=runner.sh
+. "$top/tests/rdmacm/runner.sh"
 
 cases=(
 	rping_ipv4 rping_ipv6 rping_sizes rping_mpa_rev1 rping_crc
@@ -31,42 +31,18 @@ cases=(
 	tls_rping_epoll tls_capture
 )
 
-need() {
-	command -v "$1" >/dev/null 2>&1
-}
-
 # A fresh port for each server (ports.sh): never one that another
 # program, or a runner of another build, uses.
 next_port() {
 	pick_port
 }
 
-# server_client NAME SERVER_CMD... -- CLIENT_CMD...: start the server,
-# wait for its port, run the client; both must exit 0 in time.
+# server_client NAME SERVER_CMD... -- CLIENT_CMD...: pair (runner.sh)
+# with 60 s for each side.
 server_client() {
-	local name=$1 srv=() cli=() spid src crc
+	local name=$1
 	shift
-	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	timeout 60 "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
-	spid=$!
-	if ! wait_listen "$port" "$spid"; then
-		echo "server did not listen on $port" >&2
-		kill "$spid" 2>/dev/null
-		wait "$spid" 2>/dev/null
-		return 1
-	fi
-	timeout 60 "$run" "${cli[@]}" >"$logs/$name.client" 2>&1
-	crc=$?
-	wait "$spid"
-	src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
-		echo "client exit $crc, server exit $src (logs: $logs/$name.*)" >&2
-		tail -n 5 "$logs/$name.client" "$logs/$name.server" >&2
-		return 1
-	fi
-	return 0
+	pair "$name" 60 "$@"
 }
 
 # rping with data verification: COUNT pings of SIZE must arrive both ways.
@@ -228,15 +204,8 @@ for p in rping rdma_server rdma_client ucmatose; do
 	fi
 done
 
-# An AddressSanitizer build of wisp loads into programs that are not
-# instrumented: its runtime must come first, and their own leaks at exit
-# are not ours to report.
 libdir=${WISP_LIB_DIR:-$top/build/release/lib}
-asan=$(ldd "$libdir/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
-	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
+asan_preload "$libdir"
 
 selected=("$@")
 [ ${#selected[@]} -gt 0 ] || selected=("${cases[@]}")
@@ -392,21 +361,7 @@ sys.exit(1 if problems else 0)
 PY
 }
 
-for c in "${selected[@]}"; do
-	if ! declare -F "$c" >/dev/null; then
-		echo "unknown case $c (--list shows them)" >&2
-		failed=$((failed + 1))
-		continue
-	fi
-	t0=$(date +%s%N)
-	if "$c"; then
-		echo "[PASS] rdmacm_programs::$c ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
-		passed=$((passed + 1))
-	else
-		echo "[FAIL] rdmacm_programs::$c"
-		failed=$((failed + 1))
-	fi
-done
+run_cases rdmacm_programs "" "${selected[@]}"
 if [ "$failed" -eq 0 ]; then
 	echo "rdmacm programs: $passed passed, 0 failed"
 	[ -n "${WISP_TEST_LOGS:-}" ] || rm -rf "$logs"

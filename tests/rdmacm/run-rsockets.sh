@@ -18,8 +18,8 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 run="$top/scripts/wisp-run"
 logs=${WISP_TEST_LOGS:-$(mktemp -d /tmp/wisp-rsockets.XXXXXX)}
 mkdir -p "$logs"
-# shellcheck source=ports.sh
-. "$top/tests/rdmacm/ports.sh"
+# shellcheck source=runner.sh
+. "$top/tests/rdmacm/runner.sh"
 
 # rstream's -T options: b blocking (MSG_WAITALL), n non-blocking sockets
 # (O_NONBLOCK; without b every call is MSG_DONTWAIT), a rpoll before each
@@ -31,37 +31,6 @@ cases=(
 	rstream_dontwait rstream_async rstream_ipv6 rstream_rgai
 	rcopy_file riostream_blocking riostream_latency
 )
-
-need() {
-	command -v "$1" >/dev/null 2>&1
-}
-
-# pair NAME LIMIT SERVER_CMD... -- CLIENT_CMD...: start the server, wait
-# for its port, run the client; both must exit 0 within LIMIT seconds.
-pair() {
-	local name=$1 limit=$2 srv=() cli=() spid src crc
-	shift 2
-	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	timeout "$limit" "$run" "${srv[@]}" >"$logs/$name.server" 2>&1 &
-	spid=$!
-	if ! wait_listen "$port" "$spid"; then
-		echo "server did not listen on $port" >&2
-		kill "$spid" 2>/dev/null
-		wait "$spid" 2>/dev/null
-		return 1
-	fi
-	timeout "$limit" "$run" "${cli[@]}" >"$logs/$name.client" 2>&1
-	crc=$?
-	wait "$spid"
-	src=$?
-	if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
-		echo "client exit $crc, server exit $src (logs: $logs/$name.*)" >&2
-		tail -n 5 "$logs/$name.client" "$logs/$name.server" >&2
-		return 1
-	fi
-}
 
 # rstream_case NAME LIMIT LINES ARGS...: rstream server and client with
 # the same ARGS; each must print LINES result lines (after the header).
@@ -192,33 +161,12 @@ if ! need ss; then
 fi
 export WISP_LIB_DIR=${WISP_LIB_DIR:-$top/build/release/lib}
 
-# An AddressSanitizer build of wisp loads into programs that are not
-# instrumented: its runtime must come first, and their own leaks at exit
-# are not ours to report (as run-programs.sh).
-asan=$(ldd "$WISP_LIB_DIR/librdmacm.so.1" 2>/dev/null | awk '/libasan/ {print $3}')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
-	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
+asan_preload "$WISP_LIB_DIR"
 
 selected=("${cases[@]}")
 [ $# -gt 0 ] && selected=("$@")
 passed=0 failed=0
-for c in "${selected[@]}"; do
-	if ! declare -F "$c" >/dev/null; then
-		echo "unknown case $c (--list shows them)" >&2
-		failed=$((failed + 1))
-		continue
-	fi
-	t0=$(date +%s%N)
-	if "$c"; then
-		echo "[PASS] rsockets_programs::$c ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
-		passed=$((passed + 1))
-	else
-		echo "[FAIL] rsockets_programs::$c"
-		failed=$((failed + 1))
-	fi
-done
+run_cases rsockets_programs "" "${selected[@]}"
 echo "rsockets programs: $passed passed, $failed failed (logs: $logs)"
 [ "$failed" -eq 0 ] || exit 1
 [ -n "${WISP_TEST_LOGS:-}" ] || rm -rf "$logs"

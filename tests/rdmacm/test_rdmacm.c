@@ -32,6 +32,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
+#include "cm_loopback.h"
 #include "wisp_rdmacm.h"
 
 #define WAIT_MS 5000
@@ -39,14 +40,6 @@
 #define KEY_REQ 'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'q', ' ', \
 		'F', 'r', 'a', 'm', 'e'
 #define KEY_REP "MPA ID Rep Frame"
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The next event of ch within ms, which must be of type want. */
 static struct rdma_cm_event *expect_event(struct rdma_event_channel *ch,
@@ -72,32 +65,17 @@ static void expect_no_event(struct rdma_event_channel *ch, int ms)
 	cr_assert_eq(poll(&p, 1, ms), 0, "unexpected event");
 }
 
-static void loopback(int family, struct sockaddr_storage *ss, uint16_t port)
-{
-	memset(ss, 0, sizeof(*ss));
-	ss->ss_family = (sa_family_t)family;
-	if (family == AF_INET) {
-		struct sockaddr_in *s = (struct sockaddr_in *)ss;
-
-		s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		s->sin_port = htons(port);
-	} else {
-		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
-
-		s->sin6_addr = in6addr_loopback;
-		s->sin6_port = htons(port);
-	}
-}
-
 static socklen_t sslen(const struct sockaddr_storage *ss)
 {
 	return ss->ss_family == AF_INET ? sizeof(struct sockaddr_in) :
 					  sizeof(struct sockaddr_in6);
 }
 
-/* A listening id on loopback, port chosen by the kernel. */
-static struct rdma_cm_id *listener(struct rdma_event_channel *ch, int family,
-				   uint16_t *port)
+/* A listening id on loopback with that backlog, port chosen by the
+ * kernel. */
+static struct rdma_cm_id *listener_backlog(struct rdma_event_channel *ch,
+					   int family, int backlog,
+					   uint16_t *port)
 {
 	struct sockaddr_storage ss;
 	struct rdma_cm_id *id;
@@ -107,10 +85,18 @@ static struct rdma_cm_id *listener(struct rdma_event_channel *ch, int family,
 	cr_assert_eq(rdma_bind_addr(id, (struct sockaddr *)&ss), 0,
 		     "bind: %s", strerror(errno));
 	cr_assert_not_null(id->verbs, "a specific address binds the device");
-	cr_assert_eq(rdma_listen(id, 8), 0, "listen: %s", strerror(errno));
+	cr_assert_eq(rdma_listen(id, backlog), 0, "listen: %s",
+		     strerror(errno));
 	*port = ntohs(rdma_get_src_port(id));
 	cr_assert_neq(*port, 0);
 	return id;
+}
+
+/* A listening id on loopback, port chosen by the kernel. */
+static struct rdma_cm_id *listener(struct rdma_event_channel *ch, int family,
+				   uint16_t *port)
+{
+	return listener_backlog(ch, family, 8, port);
 }
 
 /* An active id resolved towards loopback port. */
@@ -155,6 +141,45 @@ static void make_qp(struct rdma_cm_id *id)
 	cr_assert_not_null(id->qp);
 	cr_assert_not_null(id->send_cq, "CQs made for the id");
 	cr_assert_not_null(id->recv_cq_channel);
+}
+
+/* cl (resolved, with a QP made for it if qp) connects with p; the
+ * listener on sch gets the CONNECT_REQUEST. Returns the server's id. */
+static struct rdma_cm_id *requested(struct rdma_event_channel *sch,
+				    struct rdma_cm_id *cl,
+				    struct rdma_conn_param *p, bool qp)
+{
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *sv;
+
+	if (qp)
+		make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, p), 0, "connect: %s", strerror(errno));
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	rdma_ack_cm_event(ev);
+	return sv;
+}
+
+/* The listener l and both channels destroyed, the channels' other ids
+ * already gone. */
+static void close_listener(struct rdma_event_channel *sch,
+			   struct rdma_event_channel *cch, struct rdma_cm_id *l)
+{
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
+/* Both ends of a connection (their QPs already destroyed), then the
+ * listener and both channels. */
+static void close_pair(struct rdma_event_channel *sch,
+		       struct rdma_event_channel *cch, struct rdma_cm_id *l,
+		       struct rdma_cm_id *cl, struct rdma_cm_id *sv)
+{
+	rdma_destroy_id(cl);
+	rdma_destroy_id(sv);
+	close_listener(sch, cch, l);
 }
 
 /* ---- plain API --------------------------------------------------------- */
@@ -583,9 +608,7 @@ Test(rdmacm, reject_with_private_data)
 	expect_no_event(sch, 100);
 	rdma_destroy_qp(cl);
 	rdma_destroy_id(cl);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_listener(sch, cch, l);
 }
 
 /* Server side of the synchronous test: reject the first request. */
@@ -651,6 +674,16 @@ static int raw_connect(int family, uint16_t port)
 	return s;
 }
 
+/* A raw peer connected to loopback port that has sent req[0..len). */
+static int raw_request(int family, uint16_t port, const uint8_t *req,
+		       size_t len)
+{
+	int s = raw_connect(family, port);
+
+	cr_assert_eq(write(s, req, len), (ssize_t)len);
+	return s;
+}
+
 /* Read n octets within 2 s; returns what came (0 on EOF). */
 static ssize_t raw_read(int s, uint8_t *buf, size_t n)
 {
@@ -682,8 +715,7 @@ Test(rdmacm, markers_refused_by_mpa)
 	int s;
 
 	l = listener(ch, AF_INET, &port);
-	s = raw_connect(AF_INET, port);
-	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	s = raw_request(AF_INET, port, req, sizeof(req));
 	cr_assert_eq(raw_read(s, rep, 20), 20);
 	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
 	cr_assert_eq(rep[16], 0x60, "C and R, no M: 0x%02x", rep[16]);
@@ -732,8 +764,7 @@ Test(rdmacm, rev1_request_and_reject_reply)
 	int s;
 
 	l = listener(ch, AF_INET, &port);
-	s = raw_connect(AF_INET, port);
-	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	s = raw_request(AF_INET, port, req, sizeof(req));
 	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
 	c = ev->id;
 	cr_assert_eq(ev->param.conn.private_data_len, 3);
@@ -788,8 +819,7 @@ static void ext_request_answered(const char *setting, bool answered)
 	ch = rdma_create_event_channel();
 	cr_assert_not_null(ch);
 	l = listener(ch, AF_INET, &port);
-	s = raw_connect(AF_INET, port);
-	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	s = raw_request(AF_INET, port, req, sizeof(req));
 	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
 	c = ev->id;
 	cr_assert_eq(ev->param.conn.private_data_len, 3,
@@ -909,8 +939,7 @@ Test(rdmacm, rev2_request_values_clamped)
 	int s;
 
 	l = listener(ch, AF_INET, &port);
-	s = raw_connect(AF_INET, port);
-	cr_assert_eq(write(s, req, sizeof(req)), (ssize_t)sizeof(req));
+	s = raw_request(AF_INET, port, req, sizeof(req));
 	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
 	cr_assert_eq(ev->param.conn.responder_resources, 5);
 	cr_assert_eq(ev->param.conn.initiator_depth, 128);
@@ -938,8 +967,7 @@ Test(rdmacm, destroy_listener_with_pending_work)
 
 	l = listener(ch, AF_INET, &port);
 	quiet = raw_connect(AF_INET, port);
-	talker = raw_connect(AF_INET, port);
-	cr_assert_eq(write(talker, req, sizeof(req)), (ssize_t)sizeof(req));
+	talker = raw_request(AF_INET, port, req, sizeof(req));
 	p = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
 	cr_assert_eq(poll(&p, 1, WAIT_MS), 1);
 	t0 = now_ms();
@@ -997,18 +1025,12 @@ static struct rdma_cm_id *pair_up(struct rdma_event_channel *sch,
 {
 	struct rdma_conn_param p = { .responder_resources = 1,
 				     .initiator_depth = 1 };
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *sv;
 	uint16_t port;
 
 	*l = listener(sch, AF_INET, &port);
 	*cl = resolved(cch, AF_INET, port);
-	if (qps)
-		make_qp(*cl);
-	cr_assert_eq(rdma_connect(*cl, &p), 0);
-	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	sv = ev->id;
-	rdma_ack_cm_event(ev);
+	sv = requested(sch, *cl, &p, qps);
 	if (qps)
 		make_qp(sv);
 	cr_assert_eq(rdma_accept(sv, &p), 0, "accept: %s", strerror(errno));
@@ -1031,11 +1053,7 @@ Test(rdmacm, connection_without_qp_is_cm_only)
 				       WAIT_MS));
 	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
 				       WAIT_MS));
-	rdma_destroy_id(cl);
-	rdma_destroy_id(sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_pair(sch, cch, l, cl, sv);
 }
 
 Test(rdmacm, qp_number_without_qp_is_refused)
@@ -1065,11 +1083,7 @@ Test(rdmacm, destroy_qp_while_connected_disconnects)
 	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
 				       WAIT_MS));
 	rdma_destroy_qp(sv);
-	rdma_destroy_id(cl);
-	rdma_destroy_id(sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_pair(sch, cch, l, cl, sv);
 }
 
 Test(rdmacm, destroy_ids_while_connected)
@@ -1116,11 +1130,7 @@ Test(rdmacm, no_common_rtr_is_connect_error)
 	cl = resolved(cch, AF_INET, port);
 	cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL, WISP_OPT_RTR, &rd,
 				     sizeof(rd)), 0);
-	make_qp(cl);
-	cr_assert_eq(rdma_connect(cl, NULL), 0);
-	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	sv = ev->id;
-	rdma_ack_cm_event(ev);
+	sv = requested(sch, cl, NULL, true);
 	make_qp(sv);
 	cr_assert_eq(rdma_accept(sv, NULL), 0);
 	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS));
@@ -1131,11 +1141,7 @@ Test(rdmacm, no_common_rtr_is_connect_error)
 				       WAIT_MS));
 	rdma_destroy_qp(cl);
 	rdma_destroy_qp(sv);
-	rdma_destroy_id(cl);
-	rdma_destroy_id(sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_pair(sch, cch, l, cl, sv);
 }
 
 /* ---- hardening: pending handshakes, backlog, IRD in force ------------- */
@@ -1206,15 +1212,9 @@ static struct rdma_cm_id *connect_one(struct rdma_event_channel *sch,
 				      struct rdma_event_channel *cch,
 				      struct rdma_cm_id *cl)
 {
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *sv;
 
-	make_qp(cl);
-	cr_assert_eq(rdma_connect(cl, NULL), 0, "connect: %s",
-		     strerror(errno));
-	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	sv = ev->id;
-	rdma_ack_cm_event(ev);
+	sv = requested(sch, cl, NULL, true);
 	make_qp(sv);
 	cr_assert_eq(rdma_accept(sv, NULL), 0, "accept: %s", strerror(errno));
 	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED,
@@ -1340,6 +1340,28 @@ Test(rdmacm, slow_handshakes_do_not_starve_clients, .timeout = 60)
 	rdma_destroy_event_channel(sch);
 }
 
+/* The next event of ch is a CONNECT_REQUEST; its id is destroyed
+ * (the Request refused). */
+static void drop_request(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev = expect_event(ch,
+						RDMA_CM_EVENT_CONNECT_REQUEST,
+						WAIT_MS);
+
+	rdma_destroy_id(ev->id);
+	rdma_ack_cm_event(ev);
+}
+
+/* The raw peers s[0..n) closed, then the listener l and its channel. */
+static void close_raw_listener(int *s, int n, struct rdma_event_channel *ch,
+			       struct rdma_cm_id *l)
+{
+	for (int i = 0; i < n; i++)
+		close(s[i]);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(ch);
+}
+
 Test(rdmacm, listen_backlog_bounds_queued_requests)
 {
 	/* rdma_listen(id, 2): two CONNECT_REQUESTs wait for the
@@ -1348,22 +1370,14 @@ Test(rdmacm, listen_backlog_bounds_queued_requests)
 	 * there is room again. */
 	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
 	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct sockaddr_storage ss;
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *l;
 	uint8_t rep[20];
 	int s[4];
 	uint16_t port;
 
-	loopback(AF_INET, &ss, 0);
-	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
-	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
-	cr_assert_eq(rdma_listen(l, 2), 0);
-	port = ntohs(rdma_get_src_port(l));
+	l = listener_backlog(ch, AF_INET, 2, &port);
 	for (int i = 0; i < 3; i++) {
-		s[i] = raw_connect(AF_INET, port);
-		cr_assert_eq(write(s[i], req, sizeof(req)),
-			     (ssize_t)sizeof(req));
+		s[i] = raw_request(AF_INET, port, req, sizeof(req));
 		poll(NULL, 0, 100);
 	}
 	cr_assert_eq(raw_read(s[2], rep, sizeof(rep)), (ssize_t)sizeof(rep),
@@ -1371,22 +1385,12 @@ Test(rdmacm, listen_backlog_bounds_queued_requests)
 	cr_assert_eq(memcmp(rep, KEY_REP, 16), 0);
 	cr_assert_eq(rep[16] & 0x20, 0x20, "with R set");
 
-	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	rdma_destroy_id(ev->id);
-	rdma_ack_cm_event(ev);
-	s[3] = raw_connect(AF_INET, port);
-	cr_assert_eq(write(s[3], req, sizeof(req)), (ssize_t)sizeof(req));
-	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	rdma_destroy_id(ev->id);
-	rdma_ack_cm_event(ev);
-	ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	rdma_destroy_id(ev->id);
-	rdma_ack_cm_event(ev);
+	drop_request(ch);
+	s[3] = raw_request(AF_INET, port, req, sizeof(req));
+	drop_request(ch);
+	drop_request(ch);
 	expect_no_event(ch, 200);
-	for (int i = 0; i < 4; i++)
-		close(s[i]);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(ch);
+	close_raw_listener(s, 4, ch, l);
 }
 
 Test(rdmacm, listen_backlog_zero_is_the_default)
@@ -1395,8 +1399,6 @@ Test(rdmacm, listen_backlog_zero_is_the_default)
 	 * default, here WISP_CM_MAX_BACKLOG; 3 Requests then all wait. */
 	static const uint8_t req[] = { KEY_REQ, 0x00, 0x01, 0x00, 0x00 };
 	struct rdma_event_channel *ch;
-	struct sockaddr_storage ss;
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *l;
 	uint16_t port;
 	int s[4];
@@ -1404,27 +1406,15 @@ Test(rdmacm, listen_backlog_zero_is_the_default)
 	setenv("WISP_CM_MAX_BACKLOG", "3", 1);
 	ch = rdma_create_event_channel();
 	cr_assert_not_null(ch);
-	loopback(AF_INET, &ss, 0);
-	cr_assert_eq(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
-	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
-	cr_assert_eq(rdma_listen(l, 0), 0);
-	port = ntohs(rdma_get_src_port(l));
+	l = listener_backlog(ch, AF_INET, 0, &port);
 	for (int i = 0; i < 4; i++) {
-		s[i] = raw_connect(AF_INET, port);
-		cr_assert_eq(write(s[i], req, sizeof(req)),
-			     (ssize_t)sizeof(req));
+		s[i] = raw_request(AF_INET, port, req, sizeof(req));
 		poll(NULL, 0, 100);
 	}
-	for (int i = 0; i < 3; i++) {
-		ev = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-		rdma_destroy_id(ev->id);
-		rdma_ack_cm_event(ev);
-	}
+	for (int i = 0; i < 3; i++)
+		drop_request(ch);
 	expect_no_event(ch, 200);
-	for (int i = 0; i < 4; i++)
-		close(s[i]);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(ch);
+	close_raw_listener(s, 4, ch, l);
 }
 
 Test(rdmacm, pending_limits_environment_is_strict)
@@ -1513,9 +1503,7 @@ Test(rdmacm, rev1_established_reports_ird_in_force)
 	rdma_dereg_mr(smr);
 	rdma_dereg_mr(dmr);
 	tear_down(sch, cch, cl, sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_listener(sch, cch, l);
 }
 
 /*
@@ -1536,7 +1524,6 @@ static void responder_waits_for_client(int rev)
 	char c_out[16] = "client", c_in[16] = "";
 	struct ibv_mr *s_omr, *s_imr, *c_omr, *c_imr;
 	struct rdma_cm_id *l, *cl, *sv;
-	struct rdma_cm_event *ev;
 	struct ibv_wc wc;
 	int p2p = 0;
 	uint16_t port;
@@ -1549,11 +1536,7 @@ static void responder_waits_for_client(int rev)
 		cr_assert_eq(rdma_set_option(cl, WISP_OPTION_LEVEL,
 					     WISP_OPT_P2P, &p2p, sizeof(p2p)),
 			     0);
-	make_qp(cl);
-	cr_assert_eq(rdma_connect(cl, &cp), 0);
-	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	sv = ev->id;
-	rdma_ack_cm_event(ev);
+	sv = requested(sch, cl, &cp, true);
 	make_qp(sv);
 	s_omr = rdma_reg_msgs(sv, s_out, sizeof(s_out));
 	s_imr = rdma_reg_msgs(sv, s_in, sizeof(s_in));
@@ -1595,9 +1578,7 @@ static void responder_waits_for_client(int rev)
 	rdma_dereg_mr(c_omr);
 	rdma_dereg_mr(c_imr);
 	tear_down(sch, cch, cl, sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_listener(sch, cch, l);
 }
 
 Test(rdmacm, client_server_responder_waits_for_client_rev2)
@@ -1627,11 +1608,7 @@ Test(rdmacm, destroy_qp_while_connecting)
 
 	l = listener(sch, AF_INET, &port);
 	cl = resolved(cch, AF_INET, port);
-	make_qp(cl);
-	cr_assert_eq(rdma_connect(cl, &p), 0);
-	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	sv = ev->id;
-	rdma_ack_cm_event(ev);
+	sv = requested(sch, cl, &p, true);
 	/* The Request is here, so the active side is reading the Reply. */
 	rdma_destroy_qp(cl);
 	cr_assert_null(cl->qp);
@@ -1644,11 +1621,7 @@ Test(rdmacm, destroy_qp_while_connecting)
 	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
 				       WAIT_MS));
 	rdma_destroy_qp(sv);
-	rdma_destroy_id(cl);
-	rdma_destroy_id(sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_pair(sch, cch, l, cl, sv);
 }
 
 #define MANY 200
@@ -1690,14 +1663,8 @@ static void burst(int n, int backlog)
 	struct rdma_cm_id *l;
 	uint16_t port;
 
-	struct sockaddr_storage ss;
-
 	cr_assert_leq(n, BURST_MAX);
-	loopback(AF_INET, &ss, 0);
-	cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
-	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
-	cr_assert_eq(rdma_listen(l, backlog), 0);
-	port = ntohs(rdma_get_src_port(l));
+	l = listener_backlog(sch, AF_INET, backlog, &port);
 	for (int i = 0; i < n; i++) {
 		cl[i] = resolved(cch, AF_INET, port);
 		make_qp(cl[i]);
@@ -2073,7 +2040,6 @@ static void conn_sockets_ready(bool wildcard)
 	struct rdma_conn_param p = { .responder_resources = 1,
 				     .initiator_depth = 1 };
 	struct rdma_cm_id *l, *cl, *sv;
-	struct rdma_cm_event *ev;
 	uint16_t port;
 
 	if (wildcard) {
@@ -2085,11 +2051,7 @@ static void conn_sockets_ready(bool wildcard)
 		l = listener(sch, AF_INET, &port);
 	}
 	cl = resolved(cch, AF_INET, port);
-	make_qp(cl);
-	cr_assert_eq(rdma_connect(cl, &p), 0);
-	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
-	sv = ev->id;
-	rdma_ack_cm_event(ev);
+	sv = requested(sch, cl, &p, true);
 	/* The child's address is the one the connection came to, never
 	 * the listener's wildcard. */
 	cr_assert_eq(((struct sockaddr_in *)rdma_get_local_addr(sv))
@@ -2103,9 +2065,7 @@ static void conn_sockets_ready(bool wildcard)
 	send_recv(cl, sv);
 	send_recv(sv, cl);
 	tear_down(sch, cch, cl, sv);
-	rdma_destroy_id(l);
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	close_listener(sch, cch, l);
 }
 
 Test(rdmacm, connection_sockets_nodelay_nonblocking_addressed)
@@ -2181,7 +2141,6 @@ Test(rdmacm, burst_events_ready_exactly_while_queued, .timeout = 120)
 	struct rdma_event_channel *cch = rdma_create_event_channel();
 	static struct rdma_cm_id *cl[N], *sv[N];
 	struct acceptor a = { .ch = sch, .sv = sv, .n = N };
-	struct sockaddr_storage ss;
 	struct rdma_cm_id *l;
 	struct rdma_cm_event *ev;
 	struct pollfd p = { .events = POLLIN };
@@ -2189,11 +2148,7 @@ Test(rdmacm, burst_events_ready_exactly_while_queued, .timeout = 120)
 	uint16_t port;
 	int est = 0, wakes = 0;
 
-	loopback(AF_INET, &ss, 0);
-	cr_assert_eq(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP), 0);
-	cr_assert_eq(rdma_bind_addr(l, (struct sockaddr *)&ss), 0);
-	cr_assert_eq(rdma_listen(l, 0), 0);
-	port = ntohs(rdma_get_src_port(l));
+	l = listener_backlog(sch, AF_INET, 0, &port);
 	for (int i = 0; i < N; i++) {
 		cl[i] = resolved(cch, AF_INET, port);
 		make_qp(cl[i]);

@@ -29,6 +29,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
+#include "cm_loopback.h"
 #include "wisp_rdmacm.h"
 
 /* How long a wait may take before the test calls it a hang: only a hang
@@ -57,14 +58,6 @@ static const char *f(const char *name)
 
 	snprintf(b, sizeof(buf[0]), "%s/%s", certdir, name);
 	return b;
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Inline strings ("" for none): Criterion hands parameters to a fresh
@@ -119,23 +112,6 @@ static const struct tls_side cert_client = {
 	WISP_TLS_REQUIRED, "", "", "client.pem", "client.key", "ca.pem",
 	"", 0, 0,
 };
-
-static void loopback(int family, struct sockaddr_storage *ss, uint16_t port)
-{
-	memset(ss, 0, sizeof(*ss));
-	ss->ss_family = (sa_family_t)family;
-	if (family == AF_INET) {
-		struct sockaddr_in *s = (struct sockaddr_in *)ss;
-
-		s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		s->sin_port = htons(port);
-	} else {
-		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
-
-		s->sin6_addr = in6addr_loopback;
-		s->sin6_port = htons(port);
-	}
-}
 
 static struct rdma_cm_event *next_event(struct rdma_event_channel *ch,
 					int ms)

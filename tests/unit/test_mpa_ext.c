@@ -9,9 +9,8 @@
 #include <errno.h>
 
 #include "mpa.h"
+#include "mpa_rr_util.h"
 #include "test_util.h"
-
-#define FRAME_MAX (MPA_RR_HDR_LEN + MPA_PD_MAX)
 
 static const uint8_t ext_bytes[MPA_EXT_LEN] = {
 	0xff, 0xff,             /* Max_ULPDU 65535 */
@@ -21,14 +20,6 @@ static const uint8_t ext_bytes[MPA_EXT_LEN] = {
 	0x00, 0x10,             /* Ext_Length 16 */
 	'W', 'I', 'S', 'P', '-', 'E', 'X', 'T',
 };
-
-static size_t build(const struct mpa_rr *rr, uint8_t *buf)
-{
-	int len = mpa_rr_build(rr, buf, FRAME_MAX);
-
-	cr_assert_gt(len, 0, "mpa_rr_build: %d", len);
-	return (size_t)len;
-}
 
 /* One side's configuration: rev 2 client-server, private data pd. */
 static struct mpa_prefs prefs(const uint8_t *pd, uint16_t len, bool ext)
@@ -50,25 +41,13 @@ static int exchange(const struct mpa_prefs *ini, const struct mpa_prefs *rsp,
 		    struct mpa_rr *got, struct mpa_params *pi,
 		    struct mpa_params *pr, bool *req_ext, bool *rep_ext)
 {
-	static uint8_t qbuf[FRAME_MAX], pbuf[FRAME_MAX];
-	struct mpa_rr req, reply, reject;
-	enum mpa_error err;
-	size_t qlen, plen;
-	int ret;
+	static struct mpa_frames f;     /* pi and got point into it */
+	int ret = accepted_exchange(ini, rsp, got, pi, pr, &f);
 
-	cr_assert_eq(mpa_nego_request(ini, &req), 0);
-	qlen = build(&req, qbuf);
-	*req_ext = qlen >= MPA_EXT_LEN &&
-		   !memcmp(qbuf + qlen - MPA_EXT_LEN, ext_bytes, MPA_EXT_LEN);
-	ret = mpa_nego_check_request(qbuf, qlen, rsp, got, &reject, &err);
-	cr_assert_eq(ret, (int)qlen);
-	cr_assert_eq(mpa_nego_accept(got, rsp, &reply, pr), 0);
-	plen = build(&reply, pbuf);
-	*rep_ext = plen >= MPA_EXT_LEN &&
-		   !memcmp(pbuf + plen - MPA_EXT_LEN, ext_bytes, MPA_EXT_LEN);
-	ret = mpa_nego_reply(&req, ini, pbuf, plen, pi, &err);
-	if (ret > 0)
-		cr_assert_eq(ret, (int)plen);
+	*req_ext = f.qlen >= MPA_EXT_LEN &&
+		   !memcmp(f.q + f.qlen - MPA_EXT_LEN, ext_bytes, MPA_EXT_LEN);
+	*rep_ext = f.plen >= MPA_EXT_LEN &&
+		   !memcmp(f.p + f.plen - MPA_EXT_LEN, ext_bytes, MPA_EXT_LEN);
 	return ret;
 }
 
@@ -364,22 +343,13 @@ Test(mpa_ext, reject_has_no_extension)
 {
 	struct mpa_prefs ini = prefs(NULL, 0, true);
 	struct mpa_prefs rsp = prefs((const uint8_t *)"no", 2, true);
-	uint8_t qbuf[FRAME_MAX], pbuf[FRAME_MAX];
-	struct mpa_rr req, got, rej, reject;
+	struct mpa_frames f;
 	struct mpa_params p;
-	enum mpa_error err;
-	size_t qlen, plen;
+	struct mpa_rr rej;
 
-	cr_assert_eq(mpa_nego_request(&ini, &req), 0);
-	qlen = build(&req, qbuf);
-	cr_assert_eq(mpa_nego_check_request(qbuf, qlen, &rsp, &got, &reject,
-					    &err), (int)qlen);
-	cr_assert_eq(mpa_nego_reject(&got, &rsp, &rej), 0);
+	rejected_exchange(&ini, &rsp, &rej, &p, &f);
 	cr_assert_eq(rej.ext_max_ulpdu, 0);
-	plen = build(&rej, pbuf);
-	cr_assert_eq(plen, MPA_RR_HDR_LEN + MPA_IRD_ORD_LEN + 2);
-	cr_assert_eq(mpa_nego_reply(&req, &ini, pbuf, plen, &p, &err),
-		     -ECONNREFUSED);
+	cr_assert_eq(f.plen, MPA_RR_HDR_LEN + MPA_IRD_ORD_LEN + 2);
 	cr_assert_eq(p.peer_pdata_len, 2);
 	cr_assert_eq(p.peer_max_ulpdu, 0);
 }

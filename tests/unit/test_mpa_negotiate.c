@@ -8,6 +8,7 @@
 #include <errno.h>
 
 #include "mpa.h"
+#include "mpa_rr_util.h"
 #include "test_util.h"
 
 #define KEY_REQ 'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'q', ' ', \
@@ -15,38 +16,41 @@
 #define KEY_REP 'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'p', ' ', \
 		'F', 'r', 'a', 'm', 'e'
 
-#define FRAME_MAX (MPA_RR_HDR_LEN + MPA_PD_MAX)
-
-/* Build rr into buf, return its length. */
-static size_t build(const struct mpa_rr *rr, uint8_t *buf)
-{
-	int len = mpa_rr_build(rr, buf, FRAME_MAX);
-
-	cr_assert_gt(len, 0, "mpa_rr_build: %d", len);
-	return (size_t)len;
-}
-
 /* The whole exchange: Initiator prefs ini, Responder prefs rsp. Returns
  * the Initiator's mpa_nego_reply() result, fills both sides' params. */
 static int exchange(const struct mpa_prefs *ini, const struct mpa_prefs *rsp,
 		    struct mpa_params *pi, struct mpa_params *pr)
 {
-	uint8_t qbuf[FRAME_MAX], pbuf[FRAME_MAX];
-	struct mpa_rr req, got, reply, reject;
-	enum mpa_error err;
-	size_t qlen, plen;
-	int ret;
+	struct mpa_frames f;
+	struct mpa_rr got;
 
-	cr_assert_eq(mpa_nego_request(ini, &req), 0);
-	qlen = build(&req, qbuf);
-	ret = mpa_nego_check_request(qbuf, qlen, rsp, &got, &reject, &err);
-	cr_assert_eq(ret, (int)qlen);
-	cr_assert_eq(mpa_nego_accept(&got, rsp, &reply, pr), 0);
-	plen = build(&reply, pbuf);
-	ret = mpa_nego_reply(&req, ini, pbuf, plen, pi, &err);
-	if (ret > 0)
-		cr_assert_eq(ret, (int)plen);
-	return ret;
+	return accepted_exchange(ini, rsp, &got, pi, pr, &f);
+}
+
+/* rr builds to exactly want[0..len). */
+static void expect_frame(const struct mpa_rr *rr, const uint8_t *want,
+			 size_t len)
+{
+	uint8_t buf[FRAME_MAX];
+
+	cr_assert_eq(build(rr, buf), len);
+	cr_assert_arr_eq(buf, want, len);
+}
+
+/* The Request q[0..qlen) is refused by a Responder with prefs rsp with a
+ * Reject Reply of exactly want[0..wlen); returns the reason. */
+static enum mpa_error expect_refused(const uint8_t *q, size_t qlen,
+				     const struct mpa_prefs *rsp,
+				     const uint8_t *want, size_t wlen)
+{
+	struct mpa_rr req, reject;
+	enum mpa_error err;
+
+	cr_assert_eq(mpa_nego_check_request(q, qlen, rsp, &req, &reject,
+					    &err),
+		     -ECONNREFUSED);
+	expect_frame(&reject, want, wlen);
+	return err;
 }
 
 /* ---- safety ---------------------------------------------------------- */
@@ -117,12 +121,10 @@ Test(mpa_negotiate, request_bytes_rev2_p2p)
 		.rev = 2, .p2p = true, .ird = 1, .ord = 1,
 		.pdata = (const uint8_t *)"rp", .pdata_len = 2,
 	};
-	uint8_t buf[FRAME_MAX];
 	struct mpa_rr req;
 
 	cr_assert_eq(mpa_nego_request(&ini, &req), 0);
-	cr_assert_eq(build(&req, buf), sizeof(want));
-	cr_assert_arr_eq(buf, want, sizeof(want));
+	expect_frame(&req, want, sizeof(want));
 }
 
 Test(mpa_negotiate, request_bytes_rev1_crc)
@@ -134,12 +136,10 @@ Test(mpa_negotiate, request_bytes_rev1_crc)
 		.rev = 1, .crc = true, .ird = 16, .ord = 16,
 		.pdata = (const uint8_t *)"x", .pdata_len = 1,
 	};
-	uint8_t buf[FRAME_MAX];
 	struct mpa_rr req;
 
 	cr_assert_eq(mpa_nego_request(&ini, &req), 0);
-	cr_assert_eq(build(&req, buf), sizeof(want));
-	cr_assert_arr_eq(buf, want, sizeof(want));
+	expect_frame(&req, want, sizeof(want));
 }
 
 Test(mpa_negotiate, reply_bytes_rev2_p2p_read)
@@ -165,7 +165,6 @@ Test(mpa_negotiate, reply_bytes_rev2_p2p_read)
 		.pdata = (const uint8_t *)"ok", .pdata_len = 2,
 	};
 	uint8_t *q = exact_copy(req_bytes, sizeof(req_bytes));
-	uint8_t buf[FRAME_MAX];
 	struct mpa_rr req, reply, reject;
 	struct mpa_params pr;
 	enum mpa_error err;
@@ -175,8 +174,7 @@ Test(mpa_negotiate, reply_bytes_rev2_p2p_read)
 		     (int)sizeof(req_bytes));
 	cr_assert_eq(req.pdata_len, 2);
 	cr_assert_eq(mpa_nego_accept(&req, &rsp, &reply, &pr), 0);
-	cr_assert_eq(build(&reply, buf), sizeof(want));
-	cr_assert_arr_eq(buf, want, sizeof(want));
+	expect_frame(&reply, want, sizeof(want));
 	cr_assert(pr.crc && pr.enhanced && pr.p2p);
 	cr_assert_eq(pr.rtr, MPA_RTR_READ);
 	cr_assert_eq(pr.ird, 4);
@@ -200,16 +198,10 @@ Test(mpa_negotiate, reject_bytes_markers)
 	struct mpa_prefs rsp = {
 		.pdata = (const uint8_t *)"never", .pdata_len = 5,
 	};
-	uint8_t buf[FRAME_MAX];
-	struct mpa_rr req, reject;
-	enum mpa_error err;
 
-	cr_assert_eq(mpa_nego_check_request(req_bytes, sizeof(req_bytes), &rsp,
-					    &req, &reject, &err),
-		     -ECONNREFUSED);
-	cr_assert_eq(err, MPA_ERR_LOCAL_CATASTROPHIC);
-	cr_assert_eq(build(&reject, buf), sizeof(want));
-	cr_assert_arr_eq(buf, want, sizeof(want));
+	cr_assert_eq(expect_refused(req_bytes, sizeof(req_bytes), &rsp, want,
+				    sizeof(want)),
+		     MPA_ERR_LOCAL_CATASTROPHIC);
 }
 
 Test(mpa_negotiate, reject_bytes_markers_enhanced)
@@ -223,15 +215,8 @@ Test(mpa_negotiate, reject_bytes_markers_enhanced)
 		KEY_REP, 0x30, 0x02, 0x00, 0x04, 0x00, 0x08, 0x00, 0x02,
 	};
 	struct mpa_prefs rsp = { .ird = 2, .ord = 2 };
-	uint8_t buf[FRAME_MAX];
-	struct mpa_rr req, reject;
-	enum mpa_error err;
 
-	cr_assert_eq(mpa_nego_check_request(req_bytes, sizeof(req_bytes), &rsp,
-					    &req, &reject, &err),
-		     -ECONNREFUSED);
-	cr_assert_eq(build(&reject, buf), sizeof(want));
-	cr_assert_arr_eq(buf, want, sizeof(want));
+	expect_refused(req_bytes, sizeof(req_bytes), &rsp, want, sizeof(want));
 }
 
 Test(mpa_negotiate, reject_bytes_enhanced_without_ird_ord)
@@ -245,16 +230,10 @@ Test(mpa_negotiate, reject_bytes_enhanced_without_ird_ord)
 		KEY_REP, 0x60, 0x02, 0x00, 0x00,
 	};
 	struct mpa_prefs rsp = { 0 };
-	uint8_t buf[FRAME_MAX];
-	struct mpa_rr req, reject;
-	enum mpa_error err;
 
-	cr_assert_eq(mpa_nego_check_request(req_bytes, sizeof(req_bytes), &rsp,
-					    &req, &reject, &err),
-		     -ECONNREFUSED);
-	cr_assert_eq(err, MPA_ERR_ENHANCED);
-	cr_assert_eq(build(&reject, buf), sizeof(want));
-	cr_assert_arr_eq(buf, want, sizeof(want));
+	cr_assert_eq(expect_refused(req_bytes, sizeof(req_bytes), &rsp, want,
+				    sizeof(want)),
+		     MPA_ERR_ENHANCED);
 }
 
 Test(mpa_negotiate, malformed_request_closes_without_reply)
@@ -616,22 +595,13 @@ Test(mpa_negotiate, ulp_reject_round_trip)
 		.ird = 1, .ord = 1,
 		.pdata = (const uint8_t *)"busy", .pdata_len = 4,
 	};
-	uint8_t qbuf[FRAME_MAX], pbuf[FRAME_MAX];
-	struct mpa_rr req, got, reply, reject;
+	struct mpa_frames f;
 	struct mpa_params p;
-	enum mpa_error err;
-	size_t qlen, plen;
+	struct mpa_rr reply;
 
-	cr_assert_eq(mpa_nego_request(&ini, &req), 0);
-	qlen = build(&req, qbuf);
-	cr_assert_eq(mpa_nego_check_request(qbuf, qlen, &rsp, &got, &reject,
-					    &err), (int)qlen);
-	cr_assert_eq(mpa_nego_reject(&got, &rsp, &reply), 0);
+	rejected_exchange(&ini, &rsp, &reply, &p, &f);
 	cr_assert(reply.reject);
-	plen = build(&reply, pbuf);
-	cr_assert_eq(pbuf[16], MPA_FLAG_REJECT | MPA_FLAG_ENHANCED);
-	cr_assert_eq(mpa_nego_reply(&req, &ini, pbuf, plen, &p, &err),
-		     -ECONNREFUSED);
+	cr_assert_eq(f.p[16], MPA_FLAG_REJECT | MPA_FLAG_ENHANCED);
 	cr_assert_eq(p.peer_pdata_len, 4);
 	cr_assert_arr_eq(p.peer_pdata, "busy", 4);
 }

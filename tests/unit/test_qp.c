@@ -25,6 +25,17 @@ static void on_complete(void *arg, const struct rdmap_cqe *c)
 
 static const struct rdmap_qp_ops ops = { .complete = on_complete };
 
+/* A queue pair made from cfg and started with s. */
+static struct rdmap_qp *qp_started(const struct rdmap_qp_cfg *cfg,
+				   const struct rdmap_stream_cfg *s)
+{
+	struct rdmap_qp *qp = rdmap_qp_create(cfg);
+
+	cr_assert_not_null(qp);
+	cr_assert_eq(rdmap_qp_start(qp, s), 0);
+	return qp;
+}
+
 Test(qp, send_slot_free_before_completion)
 {
 	struct rdmap_stag_table t;
@@ -35,9 +46,7 @@ Test(qp, send_slot_free_before_completion)
 	struct iovec iov[64];
 
 	cr_assert_eq(rdmap_stag_table_init(&t, 16), 0);
-	g_qp = rdmap_qp_create(&cfg);
-	cr_assert_not_null(g_qp);
-	cr_assert_eq(rdmap_qp_start(g_qp, &s), 0);
+	g_qp = qp_started(&cfg, &s);
 	sq = rdmap_qp_sq(g_qp);
 	for (uint32_t i = 0; i < 3; i++) {
 		struct rdmap_send_wr *w = rdmap_ring_slot(sq, i);
@@ -84,9 +93,7 @@ static struct rdmap_qp *rtr_qp(int rtr)
 
 	s.rtr = rtr;
 	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
-	qp = rdmap_qp_create(&cfg);
-	cr_assert_not_null(qp);
-	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	qp = qp_started(&cfg, &s);
 	return qp;
 }
 
@@ -187,6 +194,19 @@ static int feed(struct rdmap_qp *qp, const uint8_t *b, size_t len)
 	return flags;
 }
 
+/* Frame ulpdu[0..len) as one FPDU (CRC off) and feed it. */
+static void feed_ulpdu(struct rdmap_qp *qp, const uint8_t *ulpdu, size_t len)
+{
+	uint8_t fpdu[512];
+	struct mpa_tx tx;
+	int n;
+
+	mpa_tx_init(&tx, false, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, len, fpdu, sizeof(fpdu));
+	cr_assert_gt(n, 0);
+	feed(qp, fpdu, (size_t)n);
+}
+
 Test(qp, rtr_answered_is_not_nudged)
 {
 	struct rdmap_qp *qp = rtr_qp(RDMAP_RTR_SEND_READ);
@@ -248,6 +268,40 @@ static void rr_complete(void *arg, const struct rdmap_cqe *c)
 	rr_cqe[rr_ncqe++] = *c;
 }
 
+/* Both MRs filled with RR_FILL and registered, local-write, MR 1 of
+ * RR_PD; MR 0 also granted access0, of PD pd0, and remotely
+ * invalidatable if remote_inv0. No completion seen yet. */
+static void rr_mrs_init(uint32_t access0, const void *pd0, bool remote_inv0)
+{
+	memset(rr_mem, RR_FILL, sizeof(rr_mem));
+	rr_ncqe = 0;
+	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
+	for (int i = 0; i < 2; i++) {
+		rr_mr[i] = (struct rdmap_mr){
+			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
+			.length = sizeof(rr_mem[i]),
+			.access = RDMAP_ACC_LOCAL_WRITE |
+				  (i == 0 ? access0 : 0),
+			.pd = i == 0 ? pd0 : RR_PD,
+			.remote_inv = i == 0 && remote_inv0,
+		};
+		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
+	}
+}
+
+/* A receive of 64 octets into MR 1 posted (wr_id 9). */
+static void rr_post_recv64(struct rdmap_qp *qp)
+{
+	struct rdmap_recv_wr *r = rdmap_ring_slot(rdmap_qp_rq(qp), 0);
+
+	memset(r, 0, sizeof(*r));
+	r->wr_id = 9;
+	r->num_sge = 1;
+	r->sge[0] = (struct rdmap_sge){ rr_mr[1].iova, 64, rr_mr[1].stag };
+	r->length = 64;
+	atomic_store(&rdmap_qp_rq(qp)->tail, 1);
+}
+
 /* A started QP (CRC off) with two local-write MRs, one READ of RR_LEN
  * octets into MR 0 at RR_SINK posted and its Read Request sent. */
 static struct rdmap_qp *rr_qp(void)
@@ -260,20 +314,8 @@ static struct rdmap_qp *rr_qp(void)
 	struct rdmap_qp *qp;
 	uint8_t b[256];
 
-	memset(rr_mem, RR_FILL, sizeof(rr_mem));
-	rr_ncqe = 0;
-	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
-	for (int i = 0; i < 2; i++) {
-		rr_mr[i] = (struct rdmap_mr){
-			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
-			.length = sizeof(rr_mem[i]),
-			.access = RDMAP_ACC_LOCAL_WRITE, .pd = RR_PD,
-		};
-		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
-	}
-	qp = rdmap_qp_create(&cfg);
-	cr_assert_not_null(qp);
-	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	rr_mrs_init(0, RR_PD, false);
+	qp = qp_started(&cfg, &s);
 	w = rdmap_ring_slot(rdmap_qp_sq(qp), 0);
 	memset(w, 0, sizeof(*w));
 	w->wr_id = 7;
@@ -304,9 +346,8 @@ static void rr_segment(struct rdmap_qp *qp, uint32_t stag, uint64_t to,
 		       uint32_t len, bool last)
 {
 	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_RESP };
-	uint8_t ulpdu[DDP_TAGGED_HDR_LEN + 256], fpdu[512];
-	struct mpa_tx tx;
-	int hl, n;
+	uint8_t ulpdu[DDP_TAGGED_HDR_LEN + 256];
+	int hl;
 
 	cr_assert_leq(len, 256);
 	h.ddp.last = last;
@@ -316,20 +357,14 @@ static void rr_segment(struct rdmap_qp *qp, uint32_t stag, uint64_t to,
 	cr_assert_eq(hl, DDP_TAGGED_HDR_LEN);
 	for (uint32_t i = 0; i < len; i++)
 		ulpdu[hl + (int)i] = (uint8_t)(0x10 + i);
-	mpa_tx_init(&tx, false, false);
-	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, fpdu, sizeof(fpdu));
-	cr_assert_gt(n, 0);
-	feed(qp, fpdu, (size_t)n);
+	feed_ulpdu(qp, ulpdu, (size_t)hl + len);
 }
 
-/* The QP answered with exactly one Terminate carrying term, quoting the
- * DDP header (ddp_len octets) of the faulting segment. */
-static void expect_terminate(struct rdmap_qp *qp, uint16_t term,
-			     uint8_t ddp_len)
+/* All the QP sent is exactly one FPDU, a Terminate; parsed into t. */
+static void drain_terminate(struct rdmap_qp *qp, struct rdmap_terminate *t)
 {
 	uint8_t b[256];
 	size_t n = drain(qp, b, sizeof(b));
-	struct rdmap_terminate t;
 	struct rdmap_fault f;
 	struct rdmap_hdr h;
 	unsigned int ulen;
@@ -341,8 +376,18 @@ static void expect_terminate(struct rdmap_qp *qp, uint16_t term,
 	hl = rdmap_hdr_parse(b + 2, ulen, &h, &f);
 	cr_assert_gt(hl, 0);
 	cr_assert_eq(h.opcode, RDMAP_OP_TERMINATE);
-	cr_assert_eq(rdmap_term_parse(b + 2 + hl, ulen - (unsigned int)hl, &t),
+	cr_assert_eq(rdmap_term_parse(b + 2 + hl, ulen - (unsigned int)hl, t),
 		     (int)(ulen - (unsigned int)hl));
+}
+
+/* The QP answered with exactly one Terminate carrying term, quoting the
+ * DDP header (ddp_len octets) of the faulting segment. */
+static void expect_terminate(struct rdmap_qp *qp, uint16_t term,
+			     uint8_t ddp_len)
+{
+	struct rdmap_terminate t;
+
+	drain_terminate(qp, &t);
 	cr_assert_eq(t.term, term, "Terminate %#06x, want %#06x", t.term, term);
 	cr_assert(t.has_ddp_hdr);
 	cr_assert_eq(t.ddp_hdr_len, ddp_len);
@@ -482,33 +527,11 @@ static struct rdmap_qp *inv_qp(const void *pd, bool remote_inv)
 	struct rdmap_qp_cfg cfg = { .pd = RR_PD, .stags = &g_t, .ops = &o,
 				    .sq_size = 4, .rq_size = 4 };
 	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
-	struct rdmap_recv_wr *r;
 	struct rdmap_qp *qp;
 
-	memset(rr_mem, RR_FILL, sizeof(rr_mem));
-	rr_ncqe = 0;
-	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
-	for (int i = 0; i < 2; i++) {
-		rr_mr[i] = (struct rdmap_mr){
-			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
-			.length = sizeof(rr_mem[i]),
-			.access = RDMAP_ACC_LOCAL_WRITE |
-				  (i == 0 ? RDMAP_ACC_REMOTE_WRITE : 0),
-			.pd = i == 0 ? pd : RR_PD,
-			.remote_inv = i == 0 && remote_inv,
-		};
-		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
-	}
-	qp = rdmap_qp_create(&cfg);
-	cr_assert_not_null(qp);
-	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
-	r = rdmap_ring_slot(rdmap_qp_rq(qp), 0);
-	memset(r, 0, sizeof(*r));
-	r->wr_id = 9;
-	r->num_sge = 1;
-	r->sge[0] = (struct rdmap_sge){ rr_mr[1].iova, 64, rr_mr[1].stag };
-	r->length = 64;
-	atomic_store(&rdmap_qp_rq(qp)->tail, 1);
+	rr_mrs_init(RDMAP_ACC_REMOTE_WRITE, pd, remote_inv);
+	qp = qp_started(&cfg, &s);
+	rr_post_recv64(qp);
 	return qp;
 }
 
@@ -516,9 +539,8 @@ static struct rdmap_qp *inv_qp(const void *pd, bool remote_inv)
 static void inv_send(struct rdmap_qp *qp, uint32_t stag)
 {
 	struct rdmap_hdr h = { .opcode = RDMAP_OP_SEND_INV };
-	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + INV_MSG], fpdu[128];
-	struct mpa_tx tx;
-	int hl, n;
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + INV_MSG];
+	int hl;
 
 	h.ddp.last = true;
 	h.ddp.u.msn = 1;
@@ -526,10 +548,7 @@ static void inv_send(struct rdmap_qp *qp, uint32_t stag)
 	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
 	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
 	memset(ulpdu + hl, 0x3c, INV_MSG);
-	mpa_tx_init(&tx, false, false);
-	n = mpa_fpdu_encode(&tx, ulpdu, sizeof(ulpdu), fpdu, sizeof(fpdu));
-	cr_assert_gt(n, 0);
-	feed(qp, fpdu, (size_t)n);
+	feed_ulpdu(qp, ulpdu, sizeof(ulpdu));
 }
 
 /* The receive completed once: status st, invalidation reported or not. */
@@ -620,34 +639,13 @@ static struct rdmap_qp *acc_qp(uint32_t qp_access, bool responder)
 				    .access = qp_access };
 	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024,
 				      .responder = responder };
-	struct rdmap_recv_wr *r;
 	struct rdmap_qp *qp;
 
-	memset(rr_mem, RR_FILL, sizeof(rr_mem));
-	rr_ncqe = 0;
 	acc_nfatal = 0;
 	acc_fatal_term = 0x7777;
-	cr_assert_eq(rdmap_stag_table_init(&g_t, 16), 0);
-	for (int i = 0; i < 2; i++) {
-		rr_mr[i] = (struct rdmap_mr){
-			.addr = rr_mem[i], .iova = 0x10000 * (uint64_t)(i + 1),
-			.length = sizeof(rr_mem[i]),
-			.access = RDMAP_ACC_LOCAL_WRITE |
-				  (i == 0 ? ACC_BOTH : 0),
-			.pd = RR_PD,
-		};
-		cr_assert_eq(rdmap_stag_insert(&g_t, &rr_mr[i]), 0);
-	}
-	qp = rdmap_qp_create(&cfg);
-	cr_assert_not_null(qp);
-	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
-	r = rdmap_ring_slot(rdmap_qp_rq(qp), 0);
-	memset(r, 0, sizeof(*r));
-	r->wr_id = 9;
-	r->num_sge = 1;
-	r->sge[0] = (struct rdmap_sge){ rr_mr[1].iova, 64, rr_mr[1].stag };
-	r->length = 64;
-	atomic_store(&rdmap_qp_rq(qp)->tail, 1);
+	rr_mrs_init(ACC_BOTH, RR_PD, false);
+	qp = qp_started(&cfg, &s);
+	rr_post_recv64(qp);
 	return qp;
 }
 
@@ -655,19 +653,15 @@ static struct rdmap_qp *acc_qp(uint32_t qp_access, bool responder)
 static void feed_msg(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 		     uint32_t len)
 {
-	uint8_t ulpdu[HDR_MAX_TEST + 256], fpdu[512];
-	struct mpa_tx tx;
-	int hl, n;
+	uint8_t ulpdu[HDR_MAX_TEST + 256];
+	int hl;
 
 	cr_assert_leq(len, 256);
 	hl = rdmap_hdr_build(h, ulpdu, HDR_MAX_TEST);
 	cr_assert_gt(hl, 0);
 	for (uint32_t i = 0; i < len; i++)
 		ulpdu[hl + (int)i] = (uint8_t)(0x10 + i);
-	mpa_tx_init(&tx, false, false);
-	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, fpdu, sizeof(fpdu));
-	cr_assert_gt(n, 0);
-	feed(qp, fpdu, (size_t)n);
+	feed_ulpdu(qp, ulpdu, (size_t)hl + len);
 }
 
 static void feed_write(struct rdmap_qp *qp, uint64_t to, uint32_t len)
@@ -719,26 +713,12 @@ Test(qp, write_refused_without_remote_write_on_the_qp)
 Test(qp, read_request_refused_without_remote_read_on_the_qp)
 {
 	struct rdmap_qp *qp = acc_qp(RDMAP_ACC_REMOTE_WRITE, false);
-	uint8_t b[256];
 	struct rdmap_terminate t;
-	struct rdmap_fault f;
-	struct rdmap_hdr h;
-	unsigned int ulen;
-	size_t n;
-	int hl;
 
 	memset(rr_mem[0] + RR_SINK, 0x3c, 32);  /* what a Read would send */
 	feed_read_req(qp, rr_mr[0].iova + RR_SINK, 32);
 	/* One FPDU out, the Terminate: no Read Response, no octet read. */
-	n = drain(qp, b, sizeof(b));
-	cr_assert_geq(n, 2);
-	ulen = (unsigned int)(b[0] << 8 | b[1]);
-	cr_assert_eq(n, (2 + ulen + 3) / 4 * 4 + 4, "one FPDU, %zu octets", n);
-	hl = rdmap_hdr_parse(b + 2, ulen, &h, &f);
-	cr_assert_gt(hl, 0);
-	cr_assert_eq(h.opcode, RDMAP_OP_TERMINATE);
-	cr_assert_eq(rdmap_term_parse(b + 2 + hl, ulen - (unsigned int)hl, &t),
-		     (int)(ulen - (unsigned int)hl));
+	drain_terminate(qp, &t);
 	cr_assert_eq(t.term, TERM_ACCESS, "Terminate %#06x", t.term);
 	/* RFC 5040 figure 10: the Read Request's own header is quoted. */
 	cr_assert(t.has_ddp_hdr && t.has_rdma_hdr);
@@ -891,19 +871,15 @@ Test(qp, client_server_responder_holds_its_first_send)
 static void feed_term(struct rdmap_qp *qp, const uint8_t *body, size_t len)
 {
 	struct rdmap_hdr h = { .opcode = RDMAP_OP_TERMINATE };
-	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN], fpdu[256];
-	struct mpa_tx tx;
-	int hl, n;
+	uint8_t ulpdu[DDP_UNTAGGED_HDR_LEN + RDMAP_TERM_MAX_LEN];
+	int hl;
 
 	h.ddp.last = true;
 	h.ddp.u.msn = 1;
 	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
 	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
 	memcpy(ulpdu + hl, body, len);
-	mpa_tx_init(&tx, false, false);
-	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, fpdu, sizeof(fpdu));
-	cr_assert_gt(n, 0);
-	feed(qp, fpdu, (size_t)n);
+	feed_ulpdu(qp, ulpdu, (size_t)hl + len);
 }
 
 Test(qp, terminate_code_zero_is_a_terminate)
@@ -980,9 +956,7 @@ static struct rdmap_qp *td_qp(struct rdmap_stag_table *t,
 	*mr = (struct rdmap_mr){ .addr = mem, .iova = 0x1000, .length = len,
 				 .pd = (void *)1 };
 	cr_assert_eq(rdmap_stag_insert(t, mr), 0);
-	qp = rdmap_qp_create(&cfg);
-	cr_assert_not_null(qp);
-	cr_assert_eq(rdmap_qp_start(qp, &s), 0);
+	qp = qp_started(&cfg, &s);
 	w = rdmap_ring_slot(rdmap_qp_sq(qp), 0);
 	memset(w, 0, sizeof(*w));
 	w->wr_id = 9;

@@ -295,6 +295,21 @@ Test(rdmap, fault_constructors_encode_layer)
 
 /* ---- known answers ---------------------------------------------------- */
 
+/* h builds to exactly want[0..len), hl octets, and want parses back
+ * (from a buffer of exactly len octets) into got, hl octets used. */
+static void known_answer(const struct rdmap_hdr *h, const uint8_t *want,
+			 size_t len, int hl, struct rdmap_hdr *got)
+{
+	struct rdmap_fault f;
+	uint8_t *buf = malloc(len);
+
+	cr_assert_not_null(buf);
+	cr_assert_eq(rdmap_hdr_build(h, buf, len), hl);
+	cr_assert_arr_eq(buf, want, len);
+	free(buf);
+	cr_assert_eq(parse_exact(want, len, got, &f), hl);
+}
+
 Test(rdmap, write_header_bytes)
 {
 	static const uint8_t want[] = {
@@ -308,12 +323,8 @@ Test(rdmap, write_header_bytes)
 			 .t = { .stag = 0x11223344, .to = 1ull << 32 } },
 	};
 	struct rdmap_hdr got;
-	struct rdmap_fault f;
-	uint8_t buf[sizeof(want)];
 
-	cr_assert_eq(rdmap_hdr_build(&h, buf, sizeof(buf)), 14);
-	cr_assert_arr_eq(buf, want, sizeof(want));
-	cr_assert_eq(parse_exact(want, sizeof(want), &got, &f), 14);
+	known_answer(&h, want, sizeof(want), 14, &got);
 	cr_assert_eq(got.opcode, RDMAP_OP_WRITE);
 	cr_assert_eq(got.rv, 1);
 	cr_assert(got.ddp.tagged);
@@ -328,12 +339,8 @@ Test(rdmap, read_response_header_bytes)
 		.ddp = { .last = true, .t = { .stag = 0x12345678, .to = 0xabcd } },
 	};
 	struct rdmap_hdr got;
-	struct rdmap_fault f;
-	uint8_t buf[sizeof(read_resp)];
 
-	cr_assert_eq(rdmap_hdr_build(&h, buf, sizeof(buf)), 14);
-	cr_assert_arr_eq(buf, read_resp, sizeof(read_resp));
-	cr_assert_eq(parse_exact(read_resp, sizeof(read_resp), &got, &f), 14);
+	known_answer(&h, read_resp, sizeof(read_resp), 14, &got);
 	cr_assert_eq(got.opcode, RDMAP_OP_READ_RESP);
 	cr_assert_eq(got.rv, 1);
 	cr_assert(got.ddp.tagged);
@@ -356,12 +363,8 @@ Test(rdmap, send_header_bytes)
 		.ddp = { .u = { .msn = 256, .mo = 4096 } },
 	};
 	struct rdmap_hdr got;
-	struct rdmap_fault f;
-	uint8_t buf[sizeof(want)];
 
-	cr_assert_eq(rdmap_hdr_build(&h, buf, sizeof(buf)), 18);
-	cr_assert_arr_eq(buf, want, sizeof(want));
-	cr_assert_eq(parse_exact(want, sizeof(want), &got, &f), 18);
+	known_answer(&h, want, sizeof(want), 18, &got);
 	cr_assert_eq(got.opcode, RDMAP_OP_SEND);
 	cr_assert_not(got.ddp.last);
 	cr_assert_eq(got.ddp.u.qn, 0);
@@ -384,12 +387,8 @@ Test(rdmap, send_with_invalidate_header_bytes)
 		.ddp = { .last = true, .u = { .msn = 2 } },
 	};
 	struct rdmap_hdr got;
-	struct rdmap_fault f;
-	uint8_t buf[sizeof(want)];
 
-	cr_assert_eq(rdmap_hdr_build(&h, buf, sizeof(buf)), 18);
-	cr_assert_arr_eq(buf, want, sizeof(want));
-	cr_assert_eq(parse_exact(want, sizeof(want), &got, &f), 18);
+	known_answer(&h, want, sizeof(want), 18, &got);
 	cr_assert_eq(got.opcode, RDMAP_OP_SEND_INV);
 	cr_assert_eq(got.inval_stag, 0xcafef00du);
 	cr_assert_eq(got.ddp.u.msn, 2);
@@ -409,13 +408,9 @@ Test(rdmap, read_request_header_bytes)
 		},
 	};
 	struct rdmap_hdr got;
-	struct rdmap_fault f;
-	uint8_t buf[sizeof(read_req)];
 
 	cr_assert_eq(sizeof(read_req), 46);
-	cr_assert_eq(rdmap_hdr_build(&h, buf, sizeof(buf)), 46);
-	cr_assert_arr_eq(buf, read_req, sizeof(read_req));
-	cr_assert_eq(parse_exact(read_req, sizeof(read_req), &got, &f), 46);
+	known_answer(&h, read_req, sizeof(read_req), 46, &got);
 	cr_assert_eq(got.opcode, RDMAP_OP_READ_REQ);
 	cr_assert_eq(got.ddp.u.qn, RDMAP_QN_READ_REQ);
 	cr_assert_eq(got.rreq.sink_stag, 0x0a0b0c0du);
@@ -439,12 +434,8 @@ Test(rdmap, terminate_header_bytes)
 		.ddp = { .last = true, .u = { .msn = 1 } },
 	};
 	struct rdmap_hdr got;
-	struct rdmap_fault f;
-	uint8_t buf[sizeof(want)];
 
-	cr_assert_eq(rdmap_hdr_build(&h, buf, sizeof(buf)), 18);
-	cr_assert_arr_eq(buf, want, sizeof(want));
-	cr_assert_eq(parse_exact(want, sizeof(want), &got, &f), 18);
+	known_answer(&h, want, sizeof(want), 18, &got);
 	cr_assert_eq(got.opcode, RDMAP_OP_TERMINATE);
 }
 

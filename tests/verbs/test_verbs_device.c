@@ -25,6 +25,8 @@
 #include <infiniband/verbs.h>
 
 #include "wisp_verbs.h"
+/* after wisp_verbs.h, whose prototypes name a parameter ctx */
+#include "verbs_open.h"
 
 /* Exports that rdma-core declares only in its uninstalled driver.h:
  * ibv_query_gid_type (IBVERBS_PRIVATE_34) is imported by ibv_devinfo,
@@ -49,31 +51,7 @@ int ibv_dofork_range(void *base, size_t size);
 #define SIW_MAX_IRD_QP    128
 #define SIW_VENDOR_ID     0x626d74
 
-static struct ibv_device **dev_list;
-static struct ibv_context *ctx;
-
-static void open_wisp0(void)
-{
-	int n = -1;
-
-	dev_list = ibv_get_device_list(&n);
-	cr_assert_not_null(dev_list, "ibv_get_device_list: %s", strerror(errno));
-	cr_assert_eq(n, 1);
-	ctx = ibv_open_device(dev_list[0]);
-	cr_assert_not_null(ctx, "ibv_open_device: %s", strerror(errno));
-}
-
-static void close_wisp0(void)
-{
-	if (ctx)
-		cr_expect_eq(ibv_close_device(ctx), 0);
-	if (dev_list)
-		ibv_free_device_list(dev_list);
-	ctx = NULL;
-	dev_list = NULL;
-}
-
-TestSuite(verbs_device, .init = open_wisp0, .fini = close_wisp0);
+TestSuite(verbs_device, .init = wisp0_open, .fini = wisp0_close);
 
 /*
  * What GID 0 must be, found independently: the MAC of the non-loopback

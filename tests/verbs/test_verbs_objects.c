@@ -15,19 +15,13 @@
 #include <criterion/criterion.h>
 #include <infiniband/verbs.h>
 
-static struct ibv_device **dev_list;
-static struct ibv_context *ctx;
+#include "verbs_open.h"
+
 static struct ibv_pd *pd;
 
 static void open_wisp0(void)
 {
-	int n = -1;
-
-	dev_list = ibv_get_device_list(&n);
-	cr_assert_not_null(dev_list, "ibv_get_device_list: %s", strerror(errno));
-	cr_assert_eq(n, 1);
-	ctx = ibv_open_device(dev_list[0]);
-	cr_assert_not_null(ctx, "ibv_open_device: %s", strerror(errno));
+	wisp0_open();
 	pd = ibv_alloc_pd(ctx);
 	cr_assert_not_null(pd);
 }
@@ -36,13 +30,8 @@ static void close_wisp0(void)
 {
 	if (pd)
 		cr_expect_eq(ibv_dealloc_pd(pd), 0);
-	if (ctx)
-		cr_expect_eq(ibv_close_device(ctx), 0);
-	if (dev_list)
-		ibv_free_device_list(dev_list);
 	pd = NULL;
-	ctx = NULL;
-	dev_list = NULL;
+	wisp0_close();
 }
 
 TestSuite(verbs_objects, .init = open_wisp0, .fini = close_wisp0);
