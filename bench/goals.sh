@@ -16,7 +16,7 @@
 # (resident memory per idle QP, 1,000 connected QPs: tests/fault/
 # run-soak.sh), the programs' output (*.log; every repeat's figure of
 # each wisp_bench run in *.runs, where a SEND ratio that compares two
-# scheduling levels shows: docs/benchmarks.md, "Which level a run lands
+# scheduling levels shows: docs/performance-log.md, "Which level a run lands
 # on"), goals.md and goals.png.
 # Environment: WISP_BUILD_DIR (a Release build, default build/release;
 # built if its binaries are missing), GOALS_REPEAT (default 3: best of

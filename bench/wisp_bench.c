@@ -766,7 +766,7 @@ static void recv_polled(int fd, void *buf, size_t len, enum poll_mode mode)
  * for wisp and for TCP: the first two CPUs the process may use, the
  * measuring thread on the first, the echo thread on the second. Without
  * it the scheduler places them, and on two vCPUs it now and then leaves
- * both spinning on one (docs/benchmarks.md, "Which level a run lands
+ * both spinning on one (docs/performance-log.md, "Which level a run lands
  * on"). The engines and TCP's blocking ping-pong are left alone.
  */
 static cpu_set_t own_cpus;        /* the process's CPUs at the start */

@@ -16,7 +16,7 @@
  * window of 32 messages whose sources and targets rotate through
  * 32 MiB each (as wisp_bench's do, so neither is in the cache when
  * an FPDU reaches it), reads of 64 KiB, 8 rounds.
- * docs/benchmarks.md, "FPDUs that fit one segment: stalls".
+ * docs/performance-log.md, "FPDUs that fit one segment: stalls".
  */
 #include <errno.h>
 #include <stdio.h>

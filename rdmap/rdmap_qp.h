@@ -176,7 +176,7 @@ struct rdmap_stream_cfg {
 	 * at most as many octets as TX_BATCH_SEGS (128) such segments, and
 	 * never more than 1 MiB: FPDUs larger than the MSS (mulpdu above
 	 * it) then go out in sends no larger than those of FPDUs that fit
-	 * one segment (docs/benchmarks.md, "Large FPDUs at MTU 1500"). */
+	 * one segment (docs/performance-log.md, "Large FPDUs at MTU 1500"). */
 	uint32_t emss;
 	/* This end is the MPA Responder: it sends nothing until the first
 	 * FPDU has arrived (RFC 5044 7.1.2, whatever the RTR). */

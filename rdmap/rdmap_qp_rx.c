@@ -50,7 +50,7 @@ const char *qp_rx_state_name(enum rx_state s)
  * write whole lines without reading them; the partial lines at either
  * end of a payload are copied as before. The first RX_NT_AFTER octets of
  * every message are copied as before too, so a small message, which its
- * reader may look at next, stays in the cache. docs/benchmarks.md, "FPDUs
+ * reader may look at next, stays in the cache. docs/performance-log.md, "FPDUs
  * that fit one segment: placing past the cache".
  *
  * Only how the octets are stored changes, not which ones or when: the
@@ -633,7 +633,7 @@ static enum rx_state rx_st_hdr(struct rdmap_qp *qp, struct rx_in *in)
 			 * reads it where it arrived, as reading back the
 			 * copy just written would wait for those stores
 			 * (once per FPDU: with one-segment FPDUs it
-			 * shows; docs/benchmarks.md). */
+			 * shows; docs/performance-log.md). */
 			memcpy(qp->hdr, hdr, need);
 			qp->hdr_have = need;
 			rx_consume(in, need);

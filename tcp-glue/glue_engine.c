@@ -246,7 +246,7 @@ static bool ready_claim(struct glue_conn *c)
  * that sends each of a burst of small WRs itself (glue_conn_send_post)
  * then makes one TCP segment per WR, each a transmit, a receive softirq
  * and a wake-up of the peer's engine, where a TCP program with Nagle's
- * algorithm sends few large segments (docs/benchmarks.md "WRITE 4 KiB:
+ * algorithm sends few large segments (docs/performance-log.md "WRITE 4 KiB:
  * where the time goes"). So once a post is the GLUE_CORK_STREAK-th in a
  * row of small sends made within WISP_SEND_CORK of the end of the one
  * before, it still goes to the kernel at once, on the posting thread,
@@ -255,7 +255,7 @@ static bool ready_claim(struct glue_conn *c)
  * socket's MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
  * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet
  * MTU they do not (corking them there made WRITE 4 KiB over veth several
- * times slower; docs/benchmarks.md). A lone post, a ping-pong's, and
+ * times slower; docs/performance-log.md). A lone post, a ping-pong's, and
  * sends from elsewhere (a polling thread's Read Responses, the engine's)
  * never cork. TLS connections never do (a record per send).
  *
@@ -546,7 +546,7 @@ static int cork_tick(struct glue_engine *e, int timeout)
  * many RDMA servers) calls nothing while it waits, so only the engine
  * can receive the WRITE, and a sleeping engine is woken for every one:
  * on 2 CPUs that wake-up is about half of the ping-pong's round trip
- * (docs/benchmarks.md, "The memory-polling floor"). But such a program
+ * (docs/performance-log.md, "The memory-polling floor"). But such a program
  * is a ping-pong: it posts its WRITE, then waits for the peer's. So the
  * thread that posted, and is about to wait anyway, receives the answer
  * itself before ibv_post_send returns, as an empty ibv_poll_cq does
@@ -1087,7 +1087,7 @@ static int trim_timeout(struct glue_engine *e, int timeout)
 #define BP_HOLD_MIN_NS  10000000        /* 10 ms */
 #define BP_HOLD_MAX_NS  1000000000      /* 1 s */
 #define BP_LATE_ONE     256             /* a late pass adds this */
-/* 0: any late pass holds off, as before the score (docs/benchmarks.md,
+/* 0: any late pass holds off, as before the score (docs/performance-log.md,
  * "The memory-polling floor": a threshold of 128 helped on a quiet host
  * and slowed the epoll engine 2x at load 2-3; the safe rule is kept
  * until a host with free CPUs measures it). */
@@ -1759,7 +1759,7 @@ static void answer_wait(struct glue_conn *c, int64_t post, int64_t wait)
  * One iovec, as a small message's flat FPDU is (rdmap_qp_tx.c
  * tx_flat_wr), goes with send(2): the same octets and flags, without the
  * kernel's copy of the msghdr and import of the iovec array, about
- * 0.06 us of a SEND 8 B hop (docs/benchmarks.md). */
+ * 0.06 us of a SEND 8 B hop (docs/performance-log.md). */
 static ssize_t conn_send_plain(struct glue_conn *c, int n, int flags)
 {
 	if (n == 1)
@@ -1884,7 +1884,7 @@ bool glue_conn_send_post(struct glue_conn *c)
  * that only that send could bring. Three threads ran for one stream
  * where a TCP program has two (its sender sleeps in send() until there
  * is room), and on a busy host the spinning one took the CPU from the
- * receiver and from everything else (docs/benchmarks.md, "A busy host:
+ * receiver and from everything else (docs/performance-log.md, "A busy host:
  * who runs").
  *
  * So an ibv_poll_cq that finds its CQ empty when every completion it can
@@ -2150,7 +2150,7 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 		 * queues c again (glue_tx_unlock). Waiting on the lock put
 		 * the engine to sleep on a futex and made that thread wake
 		 * it, for one message in three of a WRITE ping-pong on the
-		 * epoll engine (docs/benchmarks.md). */
+		 * epoll engine (docs/performance-log.md). */
 		atomic_store(&c->tx_handoff, true);
 		if (pthread_mutex_trylock(&c->tx_lock))
 			return;
