@@ -32,6 +32,7 @@
 
 #include "glue.h"
 #include "glue_pair.h"
+#include "glue_queue.h"
 #include "glue_stats.h"
 
 #define POSTS 64
@@ -44,80 +45,15 @@ struct ct {
 	struct glue_conn *c;
 	int peer;
 	uint8_t buf[TOTAL];
-	atomic_size_t queued;     /* octets posted (test thread) */
-	size_t sent;              /* octets tx_done reported (tx side) */
-	uint8_t rx[64];
-	atomic_bool ended;
+	struct glue_queue q;      /* what was posted, and what went */
 	/* The engine held in a command (engine_hold). */
 	struct engine_hold hold;
 };
-
 
 static uint8_t pattern(size_t i)
 {
 	return (uint8_t)(i * 13 + (i >> 8));
 }
-
-static int ct_rx_want(void *arg, struct iovec *iov, int cap)
-{
-	struct ct *t = arg;
-
-	(void)cap;
-	iov[0].iov_base = t->rx;
-	iov[0].iov_len = sizeof(t->rx);
-	return 1;
-}
-
-static int ct_rx_done(void *arg, size_t n)
-{
-	(void)arg;
-	(void)n;
-	return 0;
-}
-
-/* What was posted and not yet sent, one iovec per chunk. */
-static int ct_tx_fill(void *arg, struct iovec *iov, int cap)
-{
-	struct ct *t = arg;
-	size_t end = atomic_load(&t->queued), off = t->sent;
-	int n = 0;
-
-	while (off < end && n < cap) {
-		size_t next = (off / CHUNK + 1) * CHUNK;
-
-		if (next > end)
-			next = end;
-		iov[n].iov_base = t->buf + off;
-		iov[n].iov_len = next - off;
-		off = next;
-		n++;
-	}
-	return n;
-}
-
-static int ct_tx_done(void *arg, size_t n)
-{
-	struct ct *t = arg;
-
-	t->sent += n;
-	return 0;
-}
-
-static void ct_ended(void *arg, int reason)
-{
-	struct ct *t = arg;
-
-	(void)reason;
-	atomic_store(&t->ended, true);
-}
-
-static const struct glue_conn_ops ct_ops = {
-	.rx_want = ct_rx_want,
-	.rx_done = ct_rx_done,
-	.tx_fill = ct_tx_fill,
-	.tx_done = ct_tx_done,
-	.ended = ct_ended,
-};
 
 /* An engine with WISP_SEND_CORK=setting and one connection to t->peer
  * (its MSS clamped to mss unless 0). */
@@ -127,15 +63,12 @@ static void ct_start_mss(struct ct *t, enum glue_kind kind,
 	int fd;
 
 	memset(t, 0, sizeof(*t));
-	for (size_t i = 0; i < TOTAL; i++)
-		t->buf[i] = pattern(i);
-	atomic_init(&t->queued, 0);
-	atomic_init(&t->ended, false);
+	glue_queue_init(&t->q, t->buf, TOTAL, CHUNK, pattern);
 	cr_assert_eq(setenv("WISP_SEND_CORK", setting, 1), 0);
 	t->e = engine_or_skip(kind);
 	unsetenv("WISP_SEND_CORK");
 	tcp_pair(&fd, &t->peer, &(struct tcp_pair_opts){ .mss = mss });
-	t->c = glue_conn_add(t->e, fd, &ct_ops, t);
+	t->c = glue_conn_add(t->e, fd, &glue_queue_ops, &t->q);
 	cr_assert_not_null(t->c);
 }
 
@@ -147,7 +80,7 @@ static void ct_start(struct ct *t, enum glue_kind kind, const char *setting)
 static void ct_finish(struct ct *t)
 {
 	close(t->peer);
-	cr_assert(wait_flag(&t->ended, 10000), "the connection did not end");
+	cr_assert(wait_flag(&t->q.ended, 10000), "the connection did not end");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
 }
@@ -173,7 +106,7 @@ static int ct_burst(struct ct *t, bool post, bool expect_cork)
 			usleep(20000);
 		before = ST(t, tx_corked);
 
-		atomic_fetch_add(&t->queued, CHUNK);
+		atomic_fetch_add(&t->q.queued, CHUNK);
 		if (!(post ? glue_conn_send_post(t->c) :
 		      glue_conn_send_now(t->c)))
 			glue_conn_kick(t->c);
@@ -190,7 +123,7 @@ static int64_t ct_read_all(struct ct *t)
 {
 	static uint8_t rx[TOTAL];
 	int64_t start = us_now(), end = ms_now() + 10000;
-	size_t got = 0, want = atomic_load(&t->queued);
+	size_t got = 0, want = atomic_load(&t->q.queued);
 
 	while (got < want && ms_now() < end) {
 		ssize_t r = recv(t->peer, rx + got, want - got, MSG_DONTWAIT);

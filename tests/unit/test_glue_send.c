@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "glue_pair.h"
+#include "glue_queue.h"
 
 /* ---- the calls on the watched socket ---- */
 
@@ -131,12 +132,7 @@ struct st {
 	struct glue_engine *e;
 	struct glue_conn *c;
 	int fd, peer;
-	uint8_t *buf;
-	atomic_size_t queued;     /* octets queued (test thread) */
-	size_t sent;              /* octets tx_done reported */
-	bool one;                 /* tx_fill: one iovec for all of it */
-	uint8_t rx[64];
-	atomic_bool ended;
+	struct glue_queue q;      /* what the test queued, and what went */
 	struct engine_hold hold;
 };
 
@@ -145,85 +141,21 @@ static uint8_t pattern(size_t i)
 	return (uint8_t)(i * 29 + (i >> 9));
 }
 
-static int s_rx_want(void *arg, struct iovec *iov, int cap)
-{
-	struct st *t = arg;
-
-	(void)cap;
-	iov[0].iov_base = t->rx;
-	iov[0].iov_len = sizeof(t->rx);
-	return 1;
-}
-
-static int s_rx_done(void *arg, size_t n)
-{
-	(void)arg;
-	(void)n;
-	return 0;
-}
-
-/* What was queued and not yet sent: one iovec per CHUNK, or one in all
- * (t->one). */
-static int s_tx_fill(void *arg, struct iovec *iov, int cap)
-{
-	struct st *t = arg;
-	size_t end = atomic_load(&t->queued), off = t->sent;
-	int n = 0;
-
-	while (off < end && n < cap) {
-		size_t next = t->one ? end : (off / CHUNK + 1) * CHUNK;
-
-		if (next > end)
-			next = end;
-		iov[n].iov_base = t->buf + off;
-		iov[n].iov_len = next - off;
-		off = next;
-		n++;
-	}
-	return n;
-}
-
-static int s_tx_done(void *arg, size_t n)
-{
-	struct st *t = arg;
-
-	t->sent += n;
-	return 0;
-}
-
-static void s_ended(void *arg, int reason)
-{
-	struct st *t = arg;
-
-	(void)reason;
-	atomic_store(&t->ended, true);
-}
-
-static const struct glue_conn_ops s_ops = {
-	.rx_want = s_rx_want,
-	.rx_done = s_rx_done,
-	.tx_fill = s_tx_fill,
-	.tx_done = s_tx_done,
-	.ended = s_ended,
-};
-
 /* An engine of kind with WISP_SEND_CORK=cork, one connection, held. */
 static void st_start(struct st *t, enum glue_kind kind, const char *cork)
 {
+	uint8_t *buf = malloc(TOTAL);
+
+	cr_assert_not_null(buf);
 	memset(t, 0, sizeof(*t));
-	t->buf = malloc(TOTAL);
-	cr_assert_not_null(t->buf);
-	for (size_t i = 0; i < TOTAL; i++)
-		t->buf[i] = pattern(i);
-	atomic_init(&t->queued, 0);
-	atomic_init(&t->ended, false);
+	glue_queue_init(&t->q, buf, TOTAL, CHUNK, pattern);
 	atomic_store(&ncalls, 0);
 	rec_thread_set();
 	cr_assert_eq(setenv("WISP_SEND_CORK", cork, 1), 0);
 	t->e = engine_or_skip(kind);
 	unsetenv("WISP_SEND_CORK");
 	tcp_pair(&t->fd, &t->peer, NULL);
-	t->c = glue_conn_add(t->e, t->fd, &s_ops, t);
+	t->c = glue_conn_add(t->e, t->fd, &glue_queue_ops, &t->q);
 	cr_assert_not_null(t->c);
 	engine_hold(&t->hold, t->e);
 	atomic_store(&watch_fd, t->fd);
@@ -233,10 +165,10 @@ static void st_finish(struct st *t)
 {
 	atomic_store(&watch_fd, -1);
 	close(t->peer);
-	cr_assert(wait_flag(&t->ended, 10000), "the connection did not end");
+	cr_assert(wait_flag(&t->q.ended, 10000), "the connection did not end");
 	glue_conn_free(t->c);
 	glue_engine_destroy(t->e);
-	free(t->buf);
+	free(t->q.buf);
 }
 
 /* Read every octet queued at the peer (deadline 10 s) and check them. */
@@ -244,7 +176,7 @@ static void st_read_all(struct st *t)
 {
 	uint8_t *rx = malloc(TOTAL);
 	int64_t end = ms_now() + 10000;
-	size_t got = 0, want = atomic_load(&t->queued);
+	size_t got = 0, want = atomic_load(&t->q.queued);
 
 	cr_assert_not_null(rx);
 	while (got < want && ms_now() < end) {
@@ -274,9 +206,9 @@ static void one_iov(enum glue_kind kind)
 
 	st_start(&t, kind, "off");
 	for (int i = 0; i < 8; i++) {
-		atomic_fetch_add(&t.queued, CHUNK);
+		atomic_fetch_add(&t.q.queued, CHUNK);
 		cr_assert(glue_conn_send_post(t.c), "post %d sent nothing", i);
-		cr_assert_eq(t.sent, atomic_load(&t.queued));
+		cr_assert_eq(t.q.sent, atomic_load(&t.q.queued));
 	}
 	cr_assert_eq(atomic_load(&ncalls), 8);
 	for (int i = 0; i < 8; i++) {
@@ -307,7 +239,7 @@ Test(glue_send, several_iovecs_go_with_sendmsg, .timeout = 60)
 	struct st t;
 
 	st_start(&t, GLUE_EPOLL, "off");
-	atomic_fetch_add(&t.queued, 3 * CHUNK);
+	atomic_fetch_add(&t.q.queued, 3 * CHUNK);
 	cr_assert(glue_conn_send_now(t.c));
 	cr_assert_eq(atomic_load(&ncalls), 1);
 	cr_assert(calls[0].msg, "three iovecs went with send");
@@ -316,7 +248,7 @@ Test(glue_send, several_iovecs_go_with_sendmsg, .timeout = 60)
 	cr_assert_eq(calls[0].ret, 3 * CHUNK);
 	cr_assert_eq(calls[0].flags, base_flags);
 	/* and one more, alone: send again */
-	atomic_fetch_add(&t.queued, CHUNK);
+	atomic_fetch_add(&t.q.queued, CHUNK);
 	cr_assert(glue_conn_send_now(t.c));
 	cr_assert_eq(atomic_load(&ncalls), 2);
 	cr_assert(!calls[1].msg);
@@ -334,7 +266,7 @@ Test(glue_send, corked_burst_keeps_msg_more, .timeout = 60)
 
 	st_start(&t, GLUE_EPOLL, "1000");
 	for (int i = 0; i < 64; i++) {
-		atomic_fetch_add(&t.queued, CHUNK);
+		atomic_fetch_add(&t.q.queued, CHUNK);
 		cr_assert(glue_conn_send_post(t.c));
 	}
 	n = atomic_load(&ncalls);
@@ -360,8 +292,8 @@ static void partial(enum glue_kind kind)
 	int n;
 
 	st_start(&t, kind, "off");
-	t.one = true;
-	atomic_fetch_add(&t.queued, TOTAL);
+	t.q.one = true;
+	atomic_fetch_add(&t.q.queued, TOTAL);
 	glue_conn_send_post(t.c);
 	n = atomic_load(&ncalls);
 	cr_assert_geq(n, 1);
@@ -369,7 +301,7 @@ static void partial(enum glue_kind kind)
 	cr_assert_eq(calls[0].len, TOTAL);
 	cr_assert(calls[0].ret < (long)TOTAL,
 		  "the socket took all %u octets at once", TOTAL);
-	cr_assert(t.sent < TOTAL);
+	cr_assert(t.q.sent < TOTAL);
 	engine_let_go(&t.hold);
 	st_read_all(&t);
 	st_finish(&t);
@@ -397,12 +329,12 @@ Test(glue_send, lone_post_reads_no_clock_before_send, .timeout = 60)
 	for (int i = 0; i < 4; i++) {
 		const char *s;
 
-		atomic_fetch_add(&t.queued, CHUNK);
+		atomic_fetch_add(&t.q.queued, CHUNK);
 		cr_assert(glue_conn_send_post(t.c));
 		usleep(20000);            /* 20 gaps of 1 ms */
 		glue_conn_recv_now(t.c);  /* reads the clock, finds nothing */
 		rec_start();
-		atomic_fetch_add(&t.queued, CHUNK);
+		atomic_fetch_add(&t.q.queued, CHUNK);
 		cr_assert(glue_conn_send_post(t.c));
 		rec_stop();
 		s = strchr(ev, 'S');
@@ -427,10 +359,10 @@ Test(glue_send, post_after_post_reads_clock, .timeout = 60)
 	struct st t;
 
 	st_start(&t, GLUE_EPOLL, "1000");
-	atomic_fetch_add(&t.queued, CHUNK);
+	atomic_fetch_add(&t.q.queued, CHUNK);
 	cr_assert(glue_conn_send_post(t.c));
 	rec_start();
-	atomic_fetch_add(&t.queued, CHUNK);
+	atomic_fetch_add(&t.q.queued, CHUNK);
 	cr_assert(glue_conn_send_post(t.c));
 	rec_stop();
 	s = strchr(ev, 'S');
@@ -438,7 +370,7 @@ Test(glue_send, post_after_post_reads_clock, .timeout = 60)
 	cr_assert_neq(s, ev, "no clock read before the send (\"%s\")", ev);
 	cr_assert_eq(s[-1], 'C');
 	for (int i = 0; i < 2; i++) {
-		atomic_fetch_add(&t.queued, CHUNK);
+		atomic_fetch_add(&t.q.queued, CHUNK);
 		cr_assert(glue_conn_send_post(t.c));
 	}
 	cr_assert_eq(atomic_load(&ncalls), 4);
