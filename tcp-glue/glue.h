@@ -58,8 +58,8 @@ struct glue_conn_ops {
 	int (*rx_done)(void *arg, size_t n);
 	/* What to send now: fill iov[0..cap), return the count, 0 for none. */
 	int (*tx_fill)(void *arg, struct iovec *iov, int cap);
-	/* n octets of it were sent. Return 0, or 1 to close gracefully once
-	 * they are. */
+	/* n octets of it were sent. Return a set of GLUE_TX_* (0: nothing
+	 * to say). */
 	int (*tx_done)(void *arg, size_t n);
 	/* The stream is over and its socket closed: reason 0 for an orderly
 	 * end (either side closed), else a positive errno. Last call. */
@@ -88,6 +88,13 @@ struct glue_conn_ops {
  * completion (a receive, a READ): it polls or sleeps for it, so such an
  * answer is not one that a posting thread waits for. */
 #define GLUE_RX_COMPLETED 0x8
+
+/* What tx_done returns, or-ed. GLUE_TX_IDLE is a hint: tx_fill would
+ * give nothing right after this tx_done (the owner's state as it was
+ * under the same lock), so a sender that has just sent need not ask it
+ * again; without it the sender asks. */
+#define GLUE_TX_CLOSE 0x1   /* close the stream gracefully once sent */
+#define GLUE_TX_IDLE  0x2   /* nothing more to send now */
 
 enum glue_kind {
 	GLUE_AUTO,

@@ -27,6 +27,8 @@ struct glue_queue {
 	size_t sent;              /* octets tx_done reported */
 	uint8_t rx[64];           /* what arrives, drained */
 	atomic_bool ended;        /* the connection's ended callback ran */
+	bool idle_hint;           /* tx_done says GLUE_TX_IDLE when all went */
+	atomic_int fills;         /* tx_fill calls */
 };
 
 static inline int gq_rx_want(void *arg, struct iovec *iov, int cap)
@@ -53,6 +55,7 @@ static inline int gq_tx_fill(void *arg, struct iovec *iov, int cap)
 	size_t end = atomic_load(&q->queued), off = q->sent;
 	int n = 0;
 
+	atomic_fetch_add(&q->fills, 1);
 	while (off < end && n < cap) {
 		size_t next = q->one ? end : (off / q->chunk + 1) * q->chunk;
 
@@ -71,7 +74,8 @@ static inline int gq_tx_done(void *arg, size_t n)
 	struct glue_queue *q = arg;
 
 	q->sent += n;
-	return 0;
+	return q->idle_hint && q->sent == atomic_load(&q->queued) ?
+	       GLUE_TX_IDLE : 0;
 }
 
 static inline void gq_ended(void *arg, int reason)
@@ -104,6 +108,7 @@ static inline void glue_queue_init(struct glue_queue *q, uint8_t *buf,
 		buf[i] = pattern(i);
 	atomic_init(&q->queued, 0);
 	atomic_init(&q->ended, false);
+	atomic_init(&q->fills, 0);
 }
 
 #endif

@@ -8,6 +8,9 @@
  * post after a quiet spell reads no clock before its send (cork_burst
  * knows the gap has passed from the thread's last reading); one that
  * follows another at once does, to decide whether the burst corks.
+ * When tx_done says nothing is left (GLUE_TX_IDLE), the sender does not
+ * ask tx_fill again after its send, and the engine's sends do not take
+ * the hint for a close.
  *
  * The test program defines send(), sendmsg() and clock_gettime() itself, so that the
  * engine's calls (linked statically) reach these first: they note the
@@ -197,6 +200,34 @@ static void st_read_all(struct st *t)
 	free(rx);
 }
 
+/* Read at the peer until upto octets in all have arrived since the
+ * start (deadline 10 s), and check them. */
+static void st_read_some(struct st *t, size_t upto)
+{
+	static uint8_t rx[16 * CHUNK];
+	static size_t got;
+	int64_t end = ms_now() + 10000;
+
+	cr_assert_leq(upto, sizeof(rx));
+	if (upto <= CHUNK)
+		got = 0;          /* a new connection */
+	while (got < upto && ms_now() < end) {
+		ssize_t r = recv(t->peer, rx + got, upto - got, MSG_DONTWAIT);
+
+		cr_assert(r > 0 || (r < 0 && errno == EAGAIN),
+			  "recv: %zd (%s) after %zu octets", r,
+			  strerror(errno), got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			usleep(100);
+	}
+	cr_assert_eq(got, upto, "%zu of %zu octets arrived within 10 s",
+		     got, upto);
+	for (size_t i = 0; i < upto; i++)
+		cr_assert_eq(rx[i], pattern(i), "octet %zu differs", i);
+}
+
 static const int base_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
 
 /* Lone posts, each one iovec: send(2) each, never sendmsg(2). */
@@ -381,4 +412,68 @@ Test(glue_send, post_after_post_reads_clock, .timeout = 60)
 	st_read_all(&t);
 	engine_let_go(&t.hold);
 	st_finish(&t);
+}
+
+/* Lone posts, each sent whole: with GLUE_TX_IDLE from tx_done, one
+ * tx_fill per post (none after the send); without it, the sender asks
+ * once more after each send. Every octet arrives either way. */
+static void idle_hint(bool hint)
+{
+	struct st t;
+
+	st_start(&t, GLUE_EPOLL, "off");
+	t.q.idle_hint = hint;
+	/* The engine's first look (before it was held) may have asked. */
+	atomic_store(&t.q.fills, 0);
+	for (int i = 0; i < 8; i++) {
+		atomic_fetch_add(&t.q.queued, CHUNK);
+		cr_assert(glue_conn_send_post(t.c), "post %d sent nothing", i);
+		cr_assert_eq(t.q.sent, atomic_load(&t.q.queued));
+	}
+	cr_assert_eq(atomic_load(&ncalls), 8);
+	cr_assert_eq(atomic_load(&t.q.fills), hint ? 8 : 16,
+		     "%d tx_fill calls for 8 posts (hint %d)",
+		     atomic_load(&t.q.fills), hint);
+	st_read_all(&t);
+	engine_let_go(&t.hold);
+	st_finish(&t);
+}
+
+Test(glue_send, idle_hint_skips_fill_after_send, .timeout = 60)
+{
+	idle_hint(true);
+}
+
+Test(glue_send, no_idle_hint_asks_after_send, .timeout = 60)
+{
+	idle_hint(false);
+}
+
+/* The engine's own sends (kicked, not posted) with GLUE_TX_IDLE from
+ * tx_done: the hint is no close; the connection keeps sending. */
+static void idle_hint_engine(enum glue_kind kind)
+{
+	struct st t;
+
+	st_start(&t, kind, "off");
+	t.q.idle_hint = true;
+	engine_let_go(&t.hold);
+	for (int i = 0; i < 4; i++) {
+		atomic_fetch_add(&t.q.queued, CHUNK);
+		glue_conn_kick(t.c);
+		st_read_some(&t, (size_t)(i + 1) * CHUNK);
+		cr_assert(!atomic_load(&t.q.ended),
+			  "the connection ended after send %d", i);
+	}
+	st_finish(&t);
+}
+
+Test(glue_send, idle_hint_is_no_close_epoll, .timeout = 60)
+{
+	idle_hint_engine(GLUE_EPOLL);
+}
+
+Test(glue_send, idle_hint_is_no_close_uring, .timeout = 60)
+{
+	idle_hint_engine(GLUE_URING);
 }

@@ -88,7 +88,11 @@ static int s_tx_done(void *arg, size_t n)
 	int ret;
 
 	pthread_mutex_lock(&qp->core_lock);
-	ret = rdmap_qp_tx_done(qp->core, n);
+	ret = rdmap_qp_tx_done(qp->core, n) ? GLUE_TX_CLOSE : 0;
+	/* Under the same lock: rdmap_qp_tx_fill gives nothing without it
+	 * (the sender then skips asking). */
+	if (!rdmap_qp_tx_pending(qp->core))
+		ret |= GLUE_TX_IDLE;
 	pthread_mutex_unlock(&qp->core_lock);
 	return ret;
 }
