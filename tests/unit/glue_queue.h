@@ -10,14 +10,21 @@
 #ifndef WISP_GLUE_QUEUE_H
 #define WISP_GLUE_QUEUE_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
 
 #include "glue.h"
+#include "glue_hold.h"
 
 struct glue_queue {
 	uint8_t *buf;             /* what is sent: octet i at buf[i] */
@@ -109,6 +116,35 @@ static inline void glue_queue_init(struct glue_queue *q, uint8_t *buf,
 	atomic_init(&q->queued, 0);
 	atomic_init(&q->ended, false);
 	atomic_init(&q->fills, 0);
+}
+
+/* Read every octet queued at peer (deadline 10 s) and check each
+ * against pattern; returns how long it took, in microseconds. */
+static inline int64_t glue_queue_read_all(struct glue_queue *q, int peer,
+					  uint8_t (*pattern)(size_t))
+{
+	size_t got = 0, want = atomic_load(&q->queued);
+	uint8_t *rx = malloc(want ? want : 1);
+	int64_t start = us_now(), end = ms_now() + 10000;
+
+	cr_assert_not_null(rx);
+	while (got < want && ms_now() < end) {
+		ssize_t r = recv(peer, rx + got, want - got, MSG_DONTWAIT);
+
+		cr_assert(r > 0 || (r < 0 && errno == EAGAIN),
+			  "recv: %zd (%s) after %zu octets", r,
+			  strerror(errno), got);
+		if (r > 0)
+			got += (size_t)r;
+		else
+			usleep(100);
+	}
+	cr_assert_eq(got, want, "%zu of %zu octets arrived within 10 s",
+		     got, want);
+	for (size_t i = 0; i < want; i++)
+		cr_assert_eq(rx[i], pattern(i), "octet %zu differs", i);
+	free(rx);
+	return us_now() - start;
 }
 
 #endif
