@@ -815,6 +815,103 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 }
 
 /*
+ * The commonest FPDU of a small-message exchange, a whole one-segment
+ * Send into a receive of one SGE, in one pass (issue 13: a small Send's
+ * cost between recv() and its completion): the header decoded once
+ * (ddp_untagged_last_peek), the receive's one MR looked up and checked,
+ * the payload copied, the completion made, and of the general path's
+ * bookkeeping only what a whole message leaves behind (rx_fpdu_end's,
+ * end_send's). No header copy for a Terminate, no qp->h, no RQ entry
+ * copied into qp->recv: nothing here can fault, so nothing needs them.
+ *
+ * Taken only when every check the general path makes passes: DDP
+ * version 1, untagged, L set; RDMAP version 1, opcode Send or Send with
+ * Solicited Event (no Invalidate); QN 0, the expected MSN, MO 0 (RFC
+ * 5041 7.1); no message in progress; the QP's own RQ (no SRQ) not empty;
+ * its oldest receive one SGE of nonzero length that the payload fits,
+ * whose lkey names a valid MR of the QP's PD with local write access
+ * covering it (qp_take_recv's checks). Anything else returns false
+ * before any state changes: the caller goes on with rx_send_whole and
+ * the general path, which name every fault (and the receive's error).
+ *
+ * The MR reference is held from the lookup until the copy is done, as
+ * qp_take_recv's is until the receive completes: rdmap_stag_remove()
+ * waits for it, so the memory stays until the copy ends.
+ */
+static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
+			  uint32_t ulen)
+{
+	const struct rdmap_recv_wr *r;
+	struct rdmap_qp_stats *st = qp->st;
+	struct rdmap_mr *mr;
+	struct ddp_hdr d;
+	uint32_t plen = ulen - DDP_UNTAGGED_HDR_LEN, head;
+	uint64_t wr_id;
+	uint8_t op, *dst;
+
+	if (ulen < DDP_UNTAGGED_HDR_LEN || ulen >= 2 * DIRECT_MIN ||
+	    qp->have_recv || qp->cfg.use_srq ||
+	    !ddp_untagged_last_peek(u, &d))
+		return false;
+	op = d.ulp_ctrl & RDMAP_CTRL_OP_MASK;
+	if ((d.ulp_ctrl & RDMAP_CTRL_RV_MASK) !=
+		    RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT ||
+	    (op != RDMAP_OP_SEND && op != RDMAP_OP_SEND_SE) ||
+	    d.u.qn != RDMAP_QN_SEND || d.u.mo != 0 ||
+	    d.u.msn != qp->rx_msn[RDMAP_QN_SEND])
+		return false;
+	head = atomic_load_explicit(&qp->rq.head, memory_order_relaxed);
+	if (head == atomic_load_explicit(&qp->rq.tail, memory_order_acquire))
+		return false;
+	r = rdmap_ring_slot(&qp->rq, head);
+	if (r->num_sge != 1 || r->sge[0].length == 0 ||
+	    plen > r->sge[0].length)
+		return false;
+	mr = rdmap_stag_get(qp->cfg.stags, r->sge[0].lkey);
+	if (!mr)
+		return false;
+	if (rdmap_mr_check(mr, qp->cfg.pd, RDMAP_ACC_LOCAL_WRITE,
+			   r->sge[0].addr, r->sge[0].length) != RDMAP_MR_OK) {
+		rdmap_mr_put(mr);
+		return false;
+	}
+	/* Taken: the slot is read before it is given back. */
+	wr_id = r->wr_id;
+	dst = rdmap_mr_ptr(mr, r->sge[0].addr);
+	atomic_store_explicit(&qp->rq.head, head + 1, memory_order_release);
+	memcpy(dst, u + DDP_UNTAGGED_HDR_LEN, plen);
+	rdmap_mr_put(mr);
+	/* rx_fpdu_end's bookkeeping for a small FPDU that ends its
+	 * message. */
+	qp->last_big = qp->prev_big;
+	qp->prev_big = false;
+	qp->rx_short = false;
+	if (!qp->rx_any) {
+		qp->rx_any = true;
+		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
+	}
+	qp->rx_open = false;
+	rx_nt_fence(qp);
+	qp->rx_msg_off = 0;
+	RDMAP_STAT_ADD(st->rx_fpdus, 1);
+	RDMAP_STAT_ADD(st->rx_octets[op & (RDMAP_STATS_OPS - 1)], plen);
+	RDMAP_STAT_ADD(st->rx_msgs[op & (RDMAP_STATS_OPS - 1)], 1);
+	/* end_send's. */
+	qp->rx_msn[RDMAP_QN_SEND]++;
+	qp->cfg.ops->complete(qp->cfg.ops_arg, &(struct rdmap_cqe){
+		.wr_id = wr_id,
+		.status = RDMAP_WC_SUCCESS,
+		.opcode = RDMAP_WC_RECV,
+		.recv = true,
+		.solicited = op == RDMAP_OP_SEND_SE,
+		.byte_len = plen,
+	});
+	if (qp_state(qp) != RDMAP_QP_RTS)
+		qp->rx_state = RX_DISCARD;
+	return true;
+}
+
+/*
  * A whole Send of one segment, CRC already checked (rx_whole): placed and
  * completed straight from the header octets, without the state machine,
  * the header copy and generic parse, the opcode table's start and dest
@@ -889,7 +986,7 @@ static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
 	struct rx_in d = { .off = 0, .data = u, .len = ulen };
 
 	qp->ulpdu_len = ulen;
-	if (rx_send_whole(qp, u, ulen))
+	if (rx_send_small(qp, u, ulen) || rx_send_whole(qp, u, ulen))
 		return;
 	rx_data(qp, &d);
 	/* A fault in the ULPDU: rx_feed would not have gone on to the
