@@ -1096,27 +1096,10 @@ static int rx_want_direct(struct rdmap_qp *qp, const struct rx_op *op,
 	return n;
 }
 
-int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
+/* rx_want's read into the stage (not straight into place): at its
+ * tail, or after a large FPDU only as much as the next header needs. */
+static inline int rx_want_stage(struct rdmap_qp *qp, struct iovec *iov)
 {
-	qp->rx_direct = false;
-	qp->st_offer = 0;
-	if (qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
-		/* Dropped octets: read into the (empty) stage and ignored. */
-		qp->st_head = qp->st_tail = 0;
-		iov[0].iov_base = qp->stage;
-		iov[0].iov_len = qp->stage_cap;
-		return 1;
-	}
-	/* The contiguous payload left is asked for only inside a payload:
-	 * between FPDUs, as an empty poll finds the QP, it is not used. */
-	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD) {
-		const struct rx_op *op =
-			&rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
-		size_t contig = mpa_rx_contig(&qp->mrx);
-
-		if (op->dest && contig >= DIRECT_MIN)
-			return rx_want_direct(qp, op, contig, iov, cap);
-	}
 	if (qp->st_head == qp->st_tail) {
 		qp->st_head = qp->st_tail = 0;
 		if (qp->rx_grow)
@@ -1145,6 +1128,47 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		qp->st_offer = iov[0].iov_len;
 	}
 	return 1;
+}
+
+int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	qp->rx_direct = false;
+	qp->st_offer = 0;
+	if (qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
+		/* Dropped octets: read into the (empty) stage and ignored. */
+		qp->st_head = qp->st_tail = 0;
+		iov[0].iov_base = qp->stage;
+		iov[0].iov_len = qp->stage_cap;
+		return 1;
+	}
+	/* The contiguous payload left is asked for only inside a payload:
+	 * between FPDUs, as an empty poll finds the QP, it is not used. */
+	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD) {
+		const struct rx_op *op =
+			&rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+		size_t contig = mpa_rx_contig(&qp->mrx);
+
+		if (op->dest && contig >= DIRECT_MIN)
+			return rx_want_direct(qp, op, contig, iov, cap);
+	}
+	return rx_want_stage(qp, iov);
+}
+
+/* Between FPDUs, or inside a header (RX_HDR), a read goes to the stage
+ * (rdmap_qp_rx_want takes the direct read only in RX_PAYLOAD); so it
+ * does in the other cases, but those are rare and stay under the lock.
+ * (rdmap_qp_revoke, under the lock on any thread, does not write
+ * rx_state: it fails the QP, which the state says.) */
+int rdmap_qp_rx_want_staged(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	(void)cap;
+	if (qp->rx_state != RX_HDR ||
+	    atomic_load_explicit(&qp->state, memory_order_acquire) !=
+	    RDMAP_QP_RTS)
+		return 0;
+	qp->rx_direct = false;
+	qp->st_offer = 0;
+	return rx_want_stage(qp, iov);
 }
 
 /* Close (gracefully) once the QP failed; say whether there is something

@@ -149,6 +149,10 @@ struct wisp_qp {
 	 * that sends directly (glue_conn_send_now) and a polling thread
 	 * that receives directly (glue_conn_recv_now). */
 	pthread_mutex_t core_lock;
+	/* rx_want left core_lock held for its rx_done (verbs_stream.c).
+	 * Only the thread receiving on the stream uses it, and receives are
+	 * serialised by the engine (glue's rx_lock). */
+	bool rx_held;
 	struct wisp_cq *scq, *rcq;
 	struct wisp_srq *srq;
 	struct wisp_qp *qps_next;     /* process-wide list */

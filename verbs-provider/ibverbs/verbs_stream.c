@@ -23,20 +23,34 @@
 /* ------------------------------------------------------------------ */
 
 /*
- * The core stays locked from rx_want to rx_done, across the recvmsg
- * between them (glue.h promises the pair, on one thread). The iovecs
- * may point into a posted receive buffer or a tagged MR: while the
- * kernel copies into them, no other thread may complete that receive
- * (a flush: a send failing on a posting thread, a disconnect on the
- * engine) or drop the MR references that keep ibv_dereg_mr waiting, or
- * the application could reuse memory the kernel is still writing. Every
- * path that does takes the core lock, so none can run inside the copy.
- * The price: a tx_fill on another thread waits for one recvmsg.
+ * The core stays locked from rx_want to rx_done, across the recv
+ * between them (glue.h promises the pair, on one thread), when the
+ * iovecs may point into a posted receive buffer or a tagged MR: while
+ * the kernel copies into them, no other thread may complete that
+ * receive (a flush: a send failing on a posting thread, a disconnect on
+ * the engine) or drop the MR references that keep ibv_dereg_mr
+ * waiting, or the application could reuse memory the kernel is still
+ * writing. Every path that does takes the core lock, so none can run
+ * inside the copy. The price: a tx_fill on another thread waits for one
+ * recv.
+ *
+ * A receive into the QP's own stage (between FPDUs: every small
+ * message's read and every empty poll) takes no lock until octets have
+ * arrived (rdmap_qp_rx_want_staged says when, and why that is safe):
+ * the kernel writes only into the stage, which only the receiving
+ * thread and rdmap_qp_trim (under the same rx_lock of the engine's)
+ * touch, and whatever another thread does to the QP meanwhile (a
+ * flush, a revoke: both fail it) rx_done sees under the lock. An empty
+ * poll then costs no lock at all (issue 13).
  */
 static int s_rx_want(void *arg, struct iovec *iov, int cap)
 {
 	struct wisp_qp *qp = arg;
+	int n = rdmap_qp_rx_want_staged(qp->core, iov, cap);
 
+	qp->rx_held = !n;
+	if (n)
+		return n;
 	pthread_mutex_lock(&qp->core_lock);
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
@@ -56,6 +70,12 @@ static int s_rx_done(void *arg, size_t n)
 	struct wisp_qp *qp = arg;
 	int ret = 0;
 
+	if (!qp->rx_held) {
+		/* A staged receive that brought nothing: nothing changed. */
+		if (!n)
+			return 0;
+		pthread_mutex_lock(&qp->core_lock);
+	}
 	if (n) {
 		/* Say whether it completed work: a posting thread waits for
 		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
