@@ -838,6 +838,22 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
  * qp_take_recv's is until the receive completes: rdmap_stag_remove()
  * waits for it, so the memory stays until the copy ends.
  */
+/* rdmap_mr_check(mr, pd, RDMAP_ACC_LOCAL_WRITE, sg->addr, sg->length) ==
+ * RDMAP_MR_OK, or a stricter test (no wrap of sg's end either): true
+ * only if the SGE lies whole in a valid MR of pd with local write
+ * access. The general path names the fault when it is false. */
+static inline bool rx_sge_fits(const struct rdmap_mr *mr, const void *pd,
+			       const struct rdmap_sge *sg)
+{
+	uint64_t off = sg->addr - mr->iova;
+
+	return atomic_load_explicit(&mr->valid, memory_order_acquire) &&
+	       mr->pd == pd && (mr->access & RDMAP_ACC_LOCAL_WRITE) &&
+	       sg->addr >= mr->iova && off <= mr->length &&
+	       sg->length <= mr->length - off &&
+	       sg->addr + sg->length >= sg->addr;
+}
+
 static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
 			  uint32_t ulen)
 {
@@ -870,8 +886,7 @@ static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
 	mr = rdmap_stag_get(qp->cfg.stags, r->sge[0].lkey);
 	if (!mr)
 		return false;
-	if (rdmap_mr_check(mr, qp->cfg.pd, RDMAP_ACC_LOCAL_WRITE,
-			   r->sge[0].addr, r->sge[0].length) != RDMAP_MR_OK) {
+	if (!rx_sge_fits(mr, qp->cfg.pd, &r->sge[0])) {
 		rdmap_mr_put(mr);
 		return false;
 	}

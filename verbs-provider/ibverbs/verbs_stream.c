@@ -55,16 +55,6 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
-/* How many completions the QP's CQs have taken so far (a sum that
- * changes when either gets one; another QP's count too), those handed
- * straight to this thread's ibv_poll_cq included. */
-static uint32_t cq_tails(const struct wisp_qp *qp)
-{
-	return atomic_load_explicit(&qp->scq->tail, memory_order_relaxed) +
-	       atomic_load_explicit(&qp->rcq->tail, memory_order_relaxed) +
-	       wisp_cq_handed();
-}
-
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
@@ -79,12 +69,14 @@ static int s_rx_done(void *arg, size_t n)
 	if (n) {
 		/* Say whether it completed work: a posting thread waits for
 		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
-		 * A completion of another QP on a shared CQ meanwhile says
-		 * so too: at worst one wait less. */
-		uint32_t tails = cq_tails(qp);
+		 * Counted per QP (core_complete): no look at the CQs nor at
+		 * this thread's hand-off to its ibv_poll_cq (a TLS lookup). */
+		uint32_t ncqe = atomic_load_explicit(&qp->ncqe,
+						     memory_order_relaxed);
 
 		ret = rdmap_qp_rx_done(qp->core, n);
-		if (cq_tails(qp) != tails)
+		if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) !=
+		    ncqe)
 			ret |= GLUE_RX_COMPLETED;
 	}
 	pthread_mutex_unlock(&qp->core_lock);
