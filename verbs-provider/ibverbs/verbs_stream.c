@@ -55,32 +55,38 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
+/* s_rx_done with octets, the core locked. Out of line: an empty poll's
+ * s_rx_done then saves and restores no registers. */
+__attribute__((noinline))
+static int rx_done_locked(struct wisp_qp *qp, size_t n)
+{
+	/* Say whether it completed work: a posting thread waits for
+	 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
+	 * Counted per QP (core_complete): no look at the CQs nor at this
+	 * thread's hand-off to its ibv_poll_cq (a TLS lookup). */
+	uint32_t ncqe = atomic_load_explicit(&qp->ncqe, memory_order_relaxed);
+	int ret = rdmap_qp_rx_done(qp->core, n);
+
+	if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) != ncqe)
+		ret |= GLUE_RX_COMPLETED;
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
+}
+
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
-	int ret = 0;
 
 	if (!qp->rx_held) {
 		/* A staged receive that brought nothing: nothing changed. */
 		if (!n)
 			return 0;
 		pthread_mutex_lock(&qp->core_lock);
+	} else if (!n) {
+		pthread_mutex_unlock(&qp->core_lock);
+		return 0;
 	}
-	if (n) {
-		/* Say whether it completed work: a posting thread waits for
-		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
-		 * Counted per QP (core_complete): no look at the CQs nor at
-		 * this thread's hand-off to its ibv_poll_cq (a TLS lookup). */
-		uint32_t ncqe = atomic_load_explicit(&qp->ncqe,
-						     memory_order_relaxed);
-
-		ret = rdmap_qp_rx_done(qp->core, n);
-		if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) !=
-		    ncqe)
-			ret |= GLUE_RX_COMPLETED;
-	}
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
+	return rx_done_locked(qp, n);
 }
 
 static int s_tx_fill(void *arg, struct iovec *iov, int cap)
