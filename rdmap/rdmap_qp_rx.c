@@ -993,22 +993,31 @@ static bool rx_send_whole(struct rdmap_qp *qp, const uint8_t *u,
 	return true;
 }
 
-/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen)
- * through the receive machine and the FPDU's end, as a DATA event of the
- * whole ULPDU and the FPDU event would take it. */
-static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
+/* rx_whole's general case: the ULPDU through the receive machine and
+ * the FPDU's end, as a DATA event of the whole ULPDU and the FPDU event
+ * would take it. Out of line: the one-pass Send then sets up nothing of
+ * it. */
+__attribute__((noinline))
+static void rx_whole_general(struct rdmap_qp *qp, const uint8_t *u,
+			     uint32_t ulen)
 {
 	struct rx_in d = { .off = 0, .data = u, .len = ulen };
 
-	qp->ulpdu_len = ulen;
-	if (rx_send_small(qp, u, ulen) || rx_send_whole(qp, u, ulen))
-		return;
 	rx_data(qp, &d);
 	/* A fault in the ULPDU: rx_feed would not have gone on to the
 	 * FPDU's end. */
 	if (qp->rx_state == RX_DISCARD && qp_state(qp) != RDMAP_QP_RTS)
 		return;
 	rx_fpdu_end(qp);
+}
+
+/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen). */
+static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
+{
+	qp->ulpdu_len = ulen;
+	if (rx_send_small(qp, u, ulen) || rx_send_whole(qp, u, ulen))
+		return;
+	rx_whole_general(qp, u, ulen);
 }
 
 /* Run the MPA decoder over in[0..len): octets in the staging buffer, or
