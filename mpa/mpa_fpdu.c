@@ -499,9 +499,8 @@ static int rx_whole_check(struct mpa_rx *rx, const uint8_t *in, size_t len,
 		return 0;
 	/* RFC 5044 4.4: on a mismatch "the receiver MUST treat the FPDU as
 	 * an invalid FPDU" (section 8 error 2): nothing of it is handed
-	 * out. (The field read as mpa_crc_get() reads it, without the
-	 * call: once per FPDU received whole.) */
-	if (rx->crc && wisp_get_le32(in + *body) != mpa_crc32c(in, *body))
+	 * out. */
+	if (rx->crc && mpa_crc_get(in + *body) != mpa_crc32c(in, *body))
 		return (int)rx_fail(rx, MPA_ERR_CRC);
 	return 1;
 }
