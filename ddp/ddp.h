@@ -119,6 +119,26 @@ static inline uint32_t ddp_be32_(const uint8_t *p)
 	       (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
+/*
+ * The same for a tagged header at b (DDP_TAGGED_HDR_LEN octets
+ * readable) of a message's last segment, DDP version 1 (T set, L set,
+ * DV 1): *h filled as ddp_hdr_parse() fills it, true; else false with
+ * *h untouched.
+ */
+static inline bool ddp_tagged_last_peek(const uint8_t *b, struct ddp_hdr *h)
+{
+	if ((b[0] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
+	    (DDP_CTRL_T | DDP_CTRL_L | DDP_VERSION))
+		return false;
+	h->tagged = true;
+	h->last = true;
+	h->dv = DDP_VERSION;
+	h->ulp_ctrl = b[1];
+	h->t.stag = ddp_be32_(b + 2);
+	h->t.to = (uint64_t)ddp_be32_(b + 6) << 32 | ddp_be32_(b + 10);
+	return true;
+}
+
 static inline bool ddp_untagged_last_peek(const uint8_t *b,
 					  struct ddp_hdr *h)
 {

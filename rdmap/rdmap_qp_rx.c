@@ -993,6 +993,72 @@ static bool rx_send_whole(struct rdmap_qp *qp, const uint8_t *u,
 	return true;
 }
 
+/*
+ * The tagged twin of rx_send_small: a whole one-segment RDMA Write with
+ * payload, into an MR that allows it, in one pass (the header decoded
+ * once, ddp_tagged_last_peek; the MR found as rx_tagged_mr finds it,
+ * the kept one without an atomic; the payload copied; the FPDU's end as
+ * rx_fpdu_end and end_write leave it). Taken only when every check the
+ * general path makes passes (RFC 5041 7.1, RFC 5040 section 7, in the
+ * order rx_write and rx_tagged make them): DDP version 1, T and L set;
+ * RDMAP version 1, opcode RDMA Write; no message in progress; at least
+ * one payload octet (an empty Write is not checked at all: the general
+ * path); the QP grants remote write; the STag names a valid MR of the
+ * QP's PD with remote write access that holds [TO, TO + length)
+ * without wrapping. Anything else returns false before any state
+ * changes (the MR reference given back): the general path names the
+ * fault.
+ */
+static bool rx_write_small(struct rdmap_qp *qp, const uint8_t *u,
+			   uint32_t ulen)
+{
+	struct rdmap_qp_stats *st = qp->st;
+	struct rdmap_mr *mr;
+	struct ddp_hdr d;
+	uint32_t plen = ulen - DDP_TAGGED_HDR_LEN;
+	uint64_t off;
+
+	if (ulen <= DDP_TAGGED_HDR_LEN || ulen >= 2 * DIRECT_MIN ||
+	    qp->rx_open || !ddp_tagged_last_peek(u, &d) ||
+	    d.ulp_ctrl != (RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT |
+			   RDMAP_OP_WRITE) ||
+	    !rx_qp_allows(qp, RDMAP_ACC_REMOTE_WRITE))
+		return false;
+	mr = rx_tagged_mr(qp, d.t.stag);
+	if (!mr)
+		return false;
+	off = d.t.to - mr->iova;
+	if (!atomic_load(&mr->valid) || mr->pd != qp->cfg.pd ||
+	    !(mr->access & RDMAP_ACC_REMOTE_WRITE) || d.t.to < mr->iova ||
+	    off > mr->length || plen > mr->length - off ||
+	    d.t.to + plen < d.t.to) {
+		if (!qp->tmr_kept)
+			rdmap_mr_put(mr);
+		qp->tmr_kept = false;
+		return false;
+	}
+	memcpy(rdmap_mr_ptr(mr, d.t.to), u + DDP_TAGGED_HDR_LEN, plen);
+	/* rx_fpdu_end's bookkeeping for a small FPDU that ends its
+	 * message, then end_write's. */
+	qp->last_big = qp->prev_big;
+	qp->prev_big = false;
+	qp->rx_short = false;
+	if (!qp->rx_any) {
+		qp->rx_any = true;
+		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
+	}
+	rx_nt_fence(qp);
+	qp->rx_msg_off = 0;
+	RDMAP_STAT_ADD(st->rx_fpdus, 1);
+	RDMAP_STAT_ADD(st->rx_octets[RDMAP_OP_WRITE], plen);
+	RDMAP_STAT_ADD(st->rx_msgs[RDMAP_OP_WRITE], 1);
+	qp->tmr = mr;
+	rx_tagged_end(qp);
+	if (qp_state(qp) != RDMAP_QP_RTS)
+		qp->rx_state = RX_DISCARD;
+	return true;
+}
+
 /* rx_whole's general case: the ULPDU through the receive machine and
  * the FPDU's end, as a DATA event of the whole ULPDU and the FPDU event
  * would take it. Out of line: the one-pass Send then sets up nothing of
@@ -1015,7 +1081,8 @@ static void rx_whole_general(struct rdmap_qp *qp, const uint8_t *u,
 static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
 {
 	qp->ulpdu_len = ulen;
-	if (rx_send_small(qp, u, ulen) || rx_send_whole(qp, u, ulen))
+	if (rx_send_small(qp, u, ulen) || rx_write_small(qp, u, ulen) ||
+	    rx_send_whole(qp, u, ulen))
 		return;
 	rx_whole_general(qp, u, ulen);
 }

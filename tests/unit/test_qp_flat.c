@@ -936,3 +936,166 @@ Test(qp_rx_small, staged_want_only_between_fpdus_in_rts)
 		     0, "failed QP");
 	teardown();
 }
+
+/* A WRITE FPDU (CRC on) of len octets of the source from src_off to
+ * TO to under stag, L as given; tamper edits the ULPDU first. */
+static size_t write_fpdu(uint8_t *out, size_t cap, uint32_t stag,
+			 uint64_t to, bool last, size_t src_off, uint32_t len,
+			 void (*tamper)(uint8_t *ulpdu))
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+	uint8_t ulpdu[64 + 512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.tagged = true;
+	h.ddp.last = last;
+	h.ddp.t.stag = stag;
+	h.ddp.t.to = to;
+	hl = rdmap_hdr_build(&h, ulpdu, 64);
+	cr_assert_eq(hl, DDP_TAGGED_HDR_LEN);
+	memcpy(ulpdu + hl, g_src + src_off, len);
+	if (tamper)
+		tamper(ulpdu);
+	mpa_tx_init(&tx, true, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+/*
+ * Small WRITEs, each whole in a read (the one-pass rx_write_small) and
+ * several in one read (the kept MR reference): placed, counted as the
+ * general path counts them, nothing completed, the QP up; then the MR
+ * can still be removed (no reference left behind: rdmap_stag_remove
+ * would wait forever).
+ */
+Test(qp_rx_small, writes_place_and_count)
+{
+	static const struct { uint64_t off; uint32_t len; } w[] = {
+		{ 0x100, 8 }, { 0x200, 40 }, { 0x3fff - 0x3000, 1 },
+		{ 0x300, 512 },
+	};
+	const struct rdmap_qp_stats *st;
+	uint8_t wire[4096];
+	size_t len = 0;
+	uint64_t octets = 0;
+
+	setup(true, 4);
+	st = rdmap_qp_stats(g_rx.qp);
+	for (size_t i = 0; i < 2; i++) {
+		len = write_fpdu(wire, sizeof(wire), g_dmr.stag,
+				 g_dmr.iova + w[i].off, true, 64 * i, w[i].len,
+				 NULL);
+		feed_one_read(wire, len);
+		octets += w[i].len;
+	}
+	len = 0;
+	for (size_t i = 2; i < 4; i++) {
+		len += write_fpdu(wire + len, sizeof(wire) - len, g_dmr.stag,
+				  g_dmr.iova + w[i].off, true, 64 * i,
+				  w[i].len, NULL);
+		octets += w[i].len;
+	}
+	feed_one_read(wire, len);
+	cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS, "Terminate %#x",
+		     g_term);
+	cr_assert_eq(g_rx.ncqe, 0);
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_eq(memcmp(g_dst + w[i].off, g_src + 64 * i, w[i].len),
+			     0, "WRITE %zu placed", i);
+	cr_assert_eq(g_dst[0x100 + 8], 0xee);
+	cr_assert_eq(g_dst[0xff], 0xee);
+	cr_assert_eq(atomic_load(&st->rx_fpdus), 4);
+	cr_assert_eq(atomic_load(&st->rx_msgs[RDMAP_OP_WRITE]), 4);
+	cr_assert_eq(atomic_load(&st->rx_octets[RDMAP_OP_WRITE]), octets);
+	teardown();
+}
+
+static void write_rsvd(uint8_t *u) { u[1] |= 0x30; }
+static void write_dv2(uint8_t *u) { u[0] = (uint8_t)((u[0] & ~3) | 2); }
+
+/*
+ * WRITEs that the one-pass path leaves to the general one: refused
+ * with the Terminate RFC 5041 / 5040 name it (past the MR, wrong key,
+ * another PD, an MR or a QP without remote write, DDP version 2),
+ * nothing placed; or placed by it (a segment with L clear and the last
+ * one after it, the RDMAP reserved bits set, an empty WRITE).
+ */
+Test(qp_rx_small, writes_it_does_not_take)
+{
+	enum { PLACED = -1 };
+	static const struct {
+		const char *what;
+		int term;
+	} c[] = {
+		{ "past the MR", 0x1101 }, { "wrong key", 0x1100 },
+		{ "another PD", 0x1102 }, { "MR without remote write", 0x0102 },
+		{ "QP without remote write", 0x0102 }, { "DV 2", 0x1104 },
+		{ "L clear, then the last", PLACED },
+		{ "reserved bits", PLACED }, { "empty", PLACED },
+	};
+	uint8_t wire[2048];
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint32_t stag;
+		uint64_t to;
+		size_t len;
+
+		setup(true, 4);
+		stag = g_dmr.stag;
+		to = g_dmr.iova + 0x400;
+		g_term = -1;
+		switch (i) {
+		case 0:
+			to = g_dmr.iova + sizeof(g_dst) - 4;
+			break;
+		case 1:
+			stag ^= 0x1;
+			break;
+		case 2:
+			g_dmr.pd = (const void *)2;
+			break;
+		case 3:
+			g_dmr.access = RDMAP_ACC_LOCAL_WRITE;
+			break;
+		case 4:
+			rdmap_qp_set_access(g_rx.qp, 0);
+			break;
+		default:
+			break;
+		}
+		if (i == 6) {
+			len = write_fpdu(wire, sizeof(wire), stag, to, false, 0,
+					 8, NULL);
+			len += write_fpdu(wire + len, sizeof(wire) - len, stag,
+					  to + 8, true, 8, 8, NULL);
+		} else {
+			len = write_fpdu(wire, sizeof(wire), stag, to, true, 0,
+					 i == 8 ? 0 : 16,
+					 i == 5 ? write_dv2 :
+					 i == 7 ? write_rsvd : NULL);
+		}
+		feed_one_read(wire, len);
+		cr_assert_eq(g_term, c[i].term, "%s: Terminate %#x, not %#x",
+			     c[i].what, g_term, c[i].term);
+		if (c[i].term == PLACED) {
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+				     "%s", c[i].what);
+			if (i != 8)
+				cr_assert_eq(memcmp(g_dst + 0x400, g_src, 16),
+					     0, "%s: placed", c[i].what);
+			else
+				cr_assert_eq(g_dst[0x400], 0xee);
+		} else {
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_ERROR,
+				     "%s", c[i].what);
+			for (size_t k = 0; k < sizeof(g_dst); k++)
+				cr_assert_eq(g_dst[k], 0xee,
+					     "%s: octet %zu placed", c[i].what,
+					     k);
+		}
+		g_dmr.pd = PD;
+		teardown();
+	}
+}
