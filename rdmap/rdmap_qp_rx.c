@@ -1061,9 +1061,7 @@ static bool rx_write_small(struct rdmap_qp *qp, const uint8_t *u,
 
 /* rx_whole's general case: the ULPDU through the receive machine and
  * the FPDU's end, as a DATA event of the whole ULPDU and the FPDU event
- * would take it. Out of line: the one-pass Send then sets up nothing of
- * it. */
-__attribute__((noinline))
+ * would take it. */
 static void rx_whole_general(struct rdmap_qp *qp, const uint8_t *u,
 			     uint32_t ulen)
 {
@@ -1077,13 +1075,22 @@ static void rx_whole_general(struct rdmap_qp *qp, const uint8_t *u,
 	rx_fpdu_end(qp);
 }
 
-/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen). */
+/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen).
+ * The one-pass paths only for a message's last segment of DDP version
+ * 1 (the segments of a large message, L clear, go straight on). */
 static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
 {
+	uint8_t c = ulen ? u[0] & (DDP_CTRL_T | DDP_CTRL_L |
+				   DDP_CTRL_DV_MASK) : 0;
+
 	qp->ulpdu_len = ulen;
-	if (rx_send_small(qp, u, ulen) || rx_write_small(qp, u, ulen) ||
-	    rx_send_whole(qp, u, ulen))
-		return;
+	if (c == (DDP_CTRL_L | DDP_VERSION)) {
+		if (rx_send_small(qp, u, ulen) || rx_send_whole(qp, u, ulen))
+			return;
+	} else if (c == (DDP_CTRL_T | DDP_CTRL_L | DDP_VERSION)) {
+		if (rx_write_small(qp, u, ulen))
+			return;
+	}
 	rx_whole_general(qp, u, ulen);
 }
 
