@@ -1020,8 +1020,9 @@ static bool rx_write_small(struct rdmap_qp *qp, const uint8_t *u,
 
 	if (ulen <= DDP_TAGGED_HDR_LEN || ulen >= 2 * DIRECT_MIN ||
 	    qp->rx_open || !ddp_tagged_last_peek(u, &d) ||
-	    d.ulp_ctrl != (RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT |
-			   RDMAP_OP_WRITE) ||
+	    (d.ulp_ctrl & RDMAP_CTRL_OP_MASK) != RDMAP_OP_WRITE ||
+	    (d.ulp_ctrl & ~RDMAP_CTRL_OP_MASK) !=
+		    RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT ||
 	    !rx_qp_allows(qp, RDMAP_ACC_REMOTE_WRITE))
 		return false;
 	mr = rx_tagged_mr(qp, d.t.stag);
