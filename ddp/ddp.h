@@ -104,6 +104,58 @@ int ddp_hdr_build(const struct ddp_hdr *h, uint8_t *buf, size_t cap);
 int ddp_hdr_parse(const uint8_t *buf, size_t len, struct ddp_hdr *h,
 		  enum ddp_error *err);
 
+/*
+ * A receiver's shortcut for the commonest header: the untagged header at
+ * b (DDP_UNTAGGED_HDR_LEN octets readable) of a message's last segment,
+ * DDP version 1 (T clear, L set, DV 1; the reserved bits are not checked,
+ * RFC 5041 section 4.1). Then *h is filled as ddp_hdr_parse() fills it
+ * and the result is true; for any other header it is false with *h
+ * untouched, and the caller takes ddp_hdr_parse(), which names the
+ * fault if there is one.
+ */
+static inline uint32_t ddp_be32_(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/*
+ * The same for a tagged header at b (DDP_TAGGED_HDR_LEN octets
+ * readable) of a message's last segment, DDP version 1 (T set, L set,
+ * DV 1): *h filled as ddp_hdr_parse() fills it, true; else false with
+ * *h untouched.
+ */
+static inline bool ddp_tagged_last_peek(const uint8_t *b, struct ddp_hdr *h)
+{
+	if ((b[0] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
+	    (DDP_CTRL_T | DDP_CTRL_L | DDP_VERSION))
+		return false;
+	h->tagged = true;
+	h->last = true;
+	h->dv = DDP_VERSION;
+	h->ulp_ctrl = b[1];
+	h->t.stag = ddp_be32_(b + 2);
+	h->t.to = (uint64_t)ddp_be32_(b + 6) << 32 | ddp_be32_(b + 10);
+	return true;
+}
+
+static inline bool ddp_untagged_last_peek(const uint8_t *b,
+					  struct ddp_hdr *h)
+{
+	if ((b[0] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
+	    (DDP_CTRL_L | DDP_VERSION))
+		return false;
+	h->tagged = false;
+	h->last = true;
+	h->dv = DDP_VERSION;
+	h->ulp_ctrl = b[1];
+	h->u.ulp_word = ddp_be32_(b + 2);
+	h->u.qn = ddp_be32_(b + 6);
+	h->u.msn = ddp_be32_(b + 10);
+	h->u.mo = ddp_be32_(b + 14);
+	return true;
+}
+
 /* ------------------------------------------------------------------ */
 /* Receive-side validation (RFC 5041 sections 5 and 7)                */
 /* ------------------------------------------------------------------ */

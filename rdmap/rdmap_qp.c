@@ -598,6 +598,12 @@ static bool tx_holds(const struct rdmap_qp *qp, const struct rdmap_mr *mr)
 	return false;
 }
 
+/*
+ * Each fault here fails the QP (qp_fault: ERROR), after which the receive
+ * side drops every octet (rdmap_qp_rx_want / rx_done look at the state
+ * first); rx_state is left as it is: it belongs to the receiving thread,
+ * which reads it without the lock (rdmap_qp_rx_want_staged).
+ */
 int rdmap_qp_revoke(struct rdmap_qp *qp, const struct rdmap_mr *mr)
 {
 	int ret = 0;
@@ -617,7 +623,6 @@ int rdmap_qp_revoke(struct rdmap_qp *qp, const struct rdmap_mr *mr)
 		qp->tptr = NULL;
 		qp_fault(qp, rdmap_fault_ddp(DDP_ERR_T_INVALID_STAG), qp->hdr,
 			 qp->hdr_have, (uint16_t)qp->ulpdu_len);
-		qp->rx_state = RX_DISCARD;
 		ret |= RDMAP_REVOKE_SEND;
 	}
 	if (qp->have_recv && holds(qp->rmr, qp->nrsge, mr)) {
@@ -627,7 +632,6 @@ int rdmap_qp_revoke(struct rdmap_qp *qp, const struct rdmap_mr *mr)
 				 0);
 		qp_fault(qp, rdmap_fault_rdmap(RDMAP_ERR_LOCAL_CATASTROPHIC),
 			 NULL, 0, 0);
-		qp->rx_state = RX_DISCARD;
 		ret |= RDMAP_REVOKE_SEND;
 	}
 	return ret;

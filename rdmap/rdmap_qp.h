@@ -232,6 +232,26 @@ void rdmap_qp_set_access(struct rdmap_qp *qp, uint32_t access);
 #define RDMAP_RX_SEND  0x2
 #define RDMAP_RX_PARTIAL 0x4
 int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap);
+/*
+ * rx_want for a receive into the stage only, which its caller may make
+ * without the lock that otherwise covers the core (the owner's core
+ * lock) from rx_want to rx_done: the iovec it gives is the QP's staging
+ * buffer, never application memory. Returns 0 when that is not the case
+ * (the QP is not in RTS, or is inside an FPDU's payload, where a read
+ * may go straight into place): the caller then takes its lock and calls
+ * rdmap_qp_rx_want. Else as rdmap_qp_rx_want.
+ *
+ * What the caller must guarantee: receives on the QP are serialised
+ * (one thread between this call and rx_done, and what one receive
+ * writes visible to the next, as glue's rx_lock makes them), and so is
+ * rdmap_qp_trim (it frees the large stage). Nothing else writes what
+ * this reads: the stage and its offsets, the receive state and the MPA
+ * decoder are written by rx_want / rx_done / trim only, and the QP's
+ * state is atomic. Any other thread may meanwhile fail the QP (a flush,
+ * rdmap_qp_revoke); rx_done, under the lock, then finds it failed and
+ * drops the octets, which went to the stage.
+ */
+int rdmap_qp_rx_want_staged(struct rdmap_qp *qp, struct iovec *iov, int cap);
 int rdmap_qp_rx_done(struct rdmap_qp *qp, size_t n);
 int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap);
 int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n);

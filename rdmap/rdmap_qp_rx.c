@@ -815,6 +815,118 @@ static void rx_fpdu_end(struct rdmap_qp *qp)
 }
 
 /*
+ * The commonest FPDU of a small-message exchange, a whole one-segment
+ * Send into a receive of one SGE, in one pass (issue 13: a small Send's
+ * cost between recv() and its completion): the header decoded once
+ * (ddp_untagged_last_peek), the receive's one MR looked up and checked,
+ * the payload copied, the completion made, and of the general path's
+ * bookkeeping only what a whole message leaves behind (rx_fpdu_end's,
+ * end_send's). No header copy for a Terminate, no qp->h, no RQ entry
+ * copied into qp->recv: nothing here can fault, so nothing needs them.
+ *
+ * Taken only when every check the general path makes passes: DDP
+ * version 1, untagged, L set; RDMAP version 1, opcode Send or Send with
+ * Solicited Event (no Invalidate); QN 0, the expected MSN, MO 0 (RFC
+ * 5041 7.1); no message in progress; the QP's own RQ (no SRQ) not empty;
+ * its oldest receive one SGE of nonzero length that the payload fits,
+ * whose lkey names a valid MR of the QP's PD with local write access
+ * covering it (qp_take_recv's checks). Anything else returns false
+ * before any state changes: the caller goes on with rx_send_whole and
+ * the general path, which name every fault (and the receive's error).
+ *
+ * The MR reference is held from the lookup until the copy is done, as
+ * qp_take_recv's is until the receive completes: rdmap_stag_remove()
+ * waits for it, so the memory stays until the copy ends.
+ */
+/* rdmap_mr_check(mr, pd, RDMAP_ACC_LOCAL_WRITE, sg->addr, sg->length) ==
+ * RDMAP_MR_OK, or a stricter test (no wrap of sg's end either): true
+ * only if the SGE lies whole in a valid MR of pd with local write
+ * access. The general path names the fault when it is false. */
+static inline bool rx_sge_fits(const struct rdmap_mr *mr, const void *pd,
+			       const struct rdmap_sge *sg)
+{
+	uint64_t off = sg->addr - mr->iova;
+
+	return atomic_load_explicit(&mr->valid, memory_order_acquire) &&
+	       mr->pd == pd && (mr->access & RDMAP_ACC_LOCAL_WRITE) &&
+	       sg->addr >= mr->iova && off <= mr->length &&
+	       sg->length <= mr->length - off &&
+	       sg->addr + sg->length >= sg->addr;
+}
+
+static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
+			  uint32_t ulen)
+{
+	const struct rdmap_recv_wr *r;
+	struct rdmap_qp_stats *st = qp->st;
+	struct rdmap_mr *mr;
+	struct ddp_hdr d;
+	uint32_t plen = ulen - DDP_UNTAGGED_HDR_LEN, head;
+	uint64_t wr_id;
+	uint8_t op, *dst;
+
+	if (ulen < DDP_UNTAGGED_HDR_LEN || ulen >= 2 * DIRECT_MIN ||
+	    qp->have_recv || qp->cfg.use_srq ||
+	    !ddp_untagged_last_peek(u, &d))
+		return false;
+	op = d.ulp_ctrl & RDMAP_CTRL_OP_MASK;
+	if ((d.ulp_ctrl & RDMAP_CTRL_RV_MASK) !=
+		    RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT ||
+	    (op != RDMAP_OP_SEND && op != RDMAP_OP_SEND_SE) ||
+	    d.u.qn != RDMAP_QN_SEND || d.u.mo != 0 ||
+	    d.u.msn != qp->rx_msn[RDMAP_QN_SEND])
+		return false;
+	head = atomic_load_explicit(&qp->rq.head, memory_order_relaxed);
+	if (head == atomic_load_explicit(&qp->rq.tail, memory_order_acquire))
+		return false;
+	r = rdmap_ring_slot(&qp->rq, head);
+	if (r->num_sge != 1 || r->sge[0].length == 0 ||
+	    plen > r->sge[0].length)
+		return false;
+	mr = rdmap_stag_get(qp->cfg.stags, r->sge[0].lkey);
+	if (!mr)
+		return false;
+	if (!rx_sge_fits(mr, qp->cfg.pd, &r->sge[0])) {
+		rdmap_mr_put(mr);
+		return false;
+	}
+	/* Taken: the slot is read before it is given back. */
+	wr_id = r->wr_id;
+	dst = rdmap_mr_ptr(mr, r->sge[0].addr);
+	atomic_store_explicit(&qp->rq.head, head + 1, memory_order_release);
+	memcpy(dst, u + DDP_UNTAGGED_HDR_LEN, plen);
+	rdmap_mr_put(mr);
+	/* rx_fpdu_end's bookkeeping for a small FPDU that ends its
+	 * message. */
+	qp->last_big = qp->prev_big;
+	qp->prev_big = false;
+	qp->rx_short = false;
+	if (!qp->rx_any) {
+		qp->rx_any = true;
+		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
+	}
+	qp->rx_open = false;
+	rx_nt_fence(qp);
+	qp->rx_msg_off = 0;
+	RDMAP_STAT_ADD(st->rx_fpdus, 1);
+	RDMAP_STAT_ADD(st->rx_octets[op & (RDMAP_STATS_OPS - 1)], plen);
+	RDMAP_STAT_ADD(st->rx_msgs[op & (RDMAP_STATS_OPS - 1)], 1);
+	/* end_send's. */
+	qp->rx_msn[RDMAP_QN_SEND]++;
+	qp->cfg.ops->complete(qp->cfg.ops_arg, &(struct rdmap_cqe){
+		.wr_id = wr_id,
+		.status = RDMAP_WC_SUCCESS,
+		.opcode = RDMAP_WC_RECV,
+		.recv = true,
+		.solicited = op == RDMAP_OP_SEND_SE,
+		.byte_len = plen,
+	});
+	if (qp_state(qp) != RDMAP_QP_RTS)
+		qp->rx_state = RX_DISCARD;
+	return true;
+}
+
+/*
  * A whole Send of one segment, CRC already checked (rx_whole): placed and
  * completed straight from the header octets, without the state machine,
  * the header copy and generic parse, the opcode table's start and dest
@@ -881,22 +993,106 @@ static bool rx_send_whole(struct rdmap_qp *qp, const uint8_t *u,
 	return true;
 }
 
-/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen)
- * through the receive machine and the FPDU's end, as a DATA event of the
- * whole ULPDU and the FPDU event would take it. */
-static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
+/*
+ * The tagged twin of rx_send_small: a whole one-segment RDMA Write with
+ * payload, into an MR that allows it, in one pass (the header decoded
+ * once, ddp_tagged_last_peek; the MR found as rx_tagged_mr finds it,
+ * the kept one without an atomic; the payload copied; the FPDU's end as
+ * rx_fpdu_end and end_write leave it). Taken only when every check the
+ * general path makes passes (RFC 5041 7.1, RFC 5040 section 7, in the
+ * order rx_write and rx_tagged make them): DDP version 1, T and L set;
+ * RDMAP version 1, opcode RDMA Write; no message in progress; at least
+ * one payload octet (an empty Write is not checked at all: the general
+ * path); the QP grants remote write; the STag names a valid MR of the
+ * QP's PD with remote write access that holds [TO, TO + length)
+ * without wrapping. Anything else returns false before any state
+ * changes (the MR reference given back): the general path names the
+ * fault.
+ */
+static bool rx_write_small(struct rdmap_qp *qp, const uint8_t *u,
+			   uint32_t ulen)
+{
+	struct rdmap_qp_stats *st = qp->st;
+	struct rdmap_mr *mr;
+	struct ddp_hdr d;
+	uint32_t plen = ulen - DDP_TAGGED_HDR_LEN;
+	uint64_t off;
+
+	if (ulen <= DDP_TAGGED_HDR_LEN || ulen >= 2 * DIRECT_MIN ||
+	    qp->rx_open || !ddp_tagged_last_peek(u, &d) ||
+	    (d.ulp_ctrl & RDMAP_CTRL_OP_MASK) != RDMAP_OP_WRITE ||
+	    (d.ulp_ctrl & ~RDMAP_CTRL_OP_MASK) !=
+		    RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT ||
+	    !rx_qp_allows(qp, RDMAP_ACC_REMOTE_WRITE))
+		return false;
+	mr = rx_tagged_mr(qp, d.t.stag);
+	if (!mr)
+		return false;
+	off = d.t.to - mr->iova;
+	if (!atomic_load(&mr->valid) || mr->pd != qp->cfg.pd ||
+	    !(mr->access & RDMAP_ACC_REMOTE_WRITE) || d.t.to < mr->iova ||
+	    off > mr->length || plen > mr->length - off ||
+	    d.t.to + plen < d.t.to) {
+		if (!qp->tmr_kept)
+			rdmap_mr_put(mr);
+		qp->tmr_kept = false;
+		return false;
+	}
+	memcpy(rdmap_mr_ptr(mr, d.t.to), u + DDP_TAGGED_HDR_LEN, plen);
+	/* rx_fpdu_end's bookkeeping for a small FPDU that ends its
+	 * message, then end_write's. */
+	qp->last_big = qp->prev_big;
+	qp->prev_big = false;
+	qp->rx_short = false;
+	if (!qp->rx_any) {
+		qp->rx_any = true;
+		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
+	}
+	rx_nt_fence(qp);
+	qp->rx_msg_off = 0;
+	RDMAP_STAT_ADD(st->rx_fpdus, 1);
+	RDMAP_STAT_ADD(st->rx_octets[RDMAP_OP_WRITE], plen);
+	RDMAP_STAT_ADD(st->rx_msgs[RDMAP_OP_WRITE], 1);
+	qp->tmr = mr;
+	rx_tagged_end(qp);
+	if (qp_state(qp) != RDMAP_QP_RTS)
+		qp->rx_state = RX_DISCARD;
+	return true;
+}
+
+/* rx_whole's general case: the ULPDU through the receive machine and
+ * the FPDU's end, as a DATA event of the whole ULPDU and the FPDU event
+ * would take it. */
+static void rx_whole_general(struct rdmap_qp *qp, const uint8_t *u,
+			     uint32_t ulen)
 {
 	struct rx_in d = { .off = 0, .data = u, .len = ulen };
 
-	qp->ulpdu_len = ulen;
-	if (rx_send_whole(qp, u, ulen))
-		return;
 	rx_data(qp, &d);
 	/* A fault in the ULPDU: rx_feed would not have gone on to the
 	 * FPDU's end. */
 	if (qp->rx_state == RX_DISCARD && qp_state(qp) != RDMAP_QP_RTS)
 		return;
 	rx_fpdu_end(qp);
+}
+
+/* An FPDU the MPA decoder took whole (mpa_rx_whole): its ULPDU u[0..ulen).
+ * The one-pass paths only for a message's last segment of DDP version
+ * 1 (the segments of a large message, L clear, go straight on). */
+static void rx_whole(struct rdmap_qp *qp, const uint8_t *u, uint32_t ulen)
+{
+	uint8_t c = ulen ? u[0] & (DDP_CTRL_T | DDP_CTRL_L |
+				   DDP_CTRL_DV_MASK) : 0;
+
+	qp->ulpdu_len = ulen;
+	if (c == (DDP_CTRL_L | DDP_VERSION)) {
+		if (rx_send_small(qp, u, ulen) || rx_send_whole(qp, u, ulen))
+			return;
+	} else if (c == (DDP_CTRL_T | DDP_CTRL_L | DDP_VERSION)) {
+		if (rx_write_small(qp, u, ulen))
+			return;
+	}
+	rx_whole_general(qp, u, ulen);
 }
 
 /* Run the MPA decoder over in[0..len): octets in the staging buffer, or
@@ -999,27 +1195,10 @@ static int rx_want_direct(struct rdmap_qp *qp, const struct rx_op *op,
 	return n;
 }
 
-int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
+/* rx_want's read into the stage (not straight into place): at its
+ * tail, or after a large FPDU only as much as the next header needs. */
+static inline int rx_want_stage(struct rdmap_qp *qp, struct iovec *iov)
 {
-	qp->rx_direct = false;
-	qp->st_offer = 0;
-	if (qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
-		/* Dropped octets: read into the (empty) stage and ignored. */
-		qp->st_head = qp->st_tail = 0;
-		iov[0].iov_base = qp->stage;
-		iov[0].iov_len = qp->stage_cap;
-		return 1;
-	}
-	/* The contiguous payload left is asked for only inside a payload:
-	 * between FPDUs, as an empty poll finds the QP, it is not used. */
-	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD) {
-		const struct rx_op *op =
-			&rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
-		size_t contig = mpa_rx_contig(&qp->mrx);
-
-		if (op->dest && contig >= DIRECT_MIN)
-			return rx_want_direct(qp, op, contig, iov, cap);
-	}
 	if (qp->st_head == qp->st_tail) {
 		qp->st_head = qp->st_tail = 0;
 		if (qp->rx_grow)
@@ -1048,6 +1227,47 @@ int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
 		qp->st_offer = iov[0].iov_len;
 	}
 	return 1;
+}
+
+int rdmap_qp_rx_want(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	qp->rx_direct = false;
+	qp->st_offer = 0;
+	if (qp_state(qp) != RDMAP_QP_RTS || qp->rx_state == RX_DISCARD) {
+		/* Dropped octets: read into the (empty) stage and ignored. */
+		qp->st_head = qp->st_tail = 0;
+		iov[0].iov_base = qp->stage;
+		iov[0].iov_len = qp->stage_cap;
+		return 1;
+	}
+	/* The contiguous payload left is asked for only inside a payload:
+	 * between FPDUs, as an empty poll finds the QP, it is not used. */
+	if (qp->st_head == qp->st_tail && qp->rx_state == RX_PAYLOAD) {
+		const struct rx_op *op =
+			&rx_ops[qp->h.opcode & RDMAP_CTRL_OP_MASK];
+		size_t contig = mpa_rx_contig(&qp->mrx);
+
+		if (op->dest && contig >= DIRECT_MIN)
+			return rx_want_direct(qp, op, contig, iov, cap);
+	}
+	return rx_want_stage(qp, iov);
+}
+
+/* Between FPDUs, or inside a header (RX_HDR), a read goes to the stage
+ * (rdmap_qp_rx_want takes the direct read only in RX_PAYLOAD); so it
+ * does in the other cases, but those are rare and stay under the lock.
+ * (rdmap_qp_revoke, under the lock on any thread, does not write
+ * rx_state: it fails the QP, which the state says.) */
+int rdmap_qp_rx_want_staged(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	(void)cap;
+	if (qp->rx_state != RX_HDR ||
+	    atomic_load_explicit(&qp->state, memory_order_acquire) !=
+	    RDMAP_QP_RTS)
+		return 0;
+	qp->rx_direct = false;
+	qp->st_offer = 0;
+	return rx_want_stage(qp, iov);
 }
 
 /* Close (gracefully) once the QP failed; say whether there is something

@@ -6,6 +6,9 @@
  * into a registered buffer, untagged placement into posted receives,
  * Read Requests answered through tx_fill, Terminates.
  *
+ * A whole one-segment Send into the one-SGE receive takes the one-pass
+ * path (rx_send_small); with three SGEs it takes the general one.
+ *
  * Input: octet 0 is the configuration (bit 0 CRC, bit 1 a posted receive
  * of 3 SGEs rather than 1, bits 2-3 the chunk size the stream is cut
  * into, bit 4 a QP that grants no remote access); the rest is the TCP
@@ -148,11 +151,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	atomic_store(&rq->tail, 2);
 
-	/* Feed the stream the way the engine would, in chunks. */
+	/* Feed the stream the way the engine would, in chunks: the
+	 * verbs provider asks rdmap_qp_rx_want_staged first, and
+	 * rdmap_qp_rx_want (its lock taken) when that says 0. */
 	while (size) {
 		struct iovec iov[RDMAP_MAX_SGE + 1], tx[64];
-		int n = rdmap_qp_rx_want(qp, iov, RDMAP_MAX_SGE + 1);
+		int n = rdmap_qp_rx_want_staged(qp, iov, RDMAP_MAX_SGE + 1);
 		size_t got = 0;
+
+		if (!n)
+			n = rdmap_qp_rx_want(qp, iov, RDMAP_MAX_SGE + 1);
 
 		for (int i = 0; i < n && size; i++) {
 			size_t take = iov[i].iov_len;

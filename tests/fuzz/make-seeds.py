@@ -241,6 +241,16 @@ def main():
                   fpdu_stream(long_write(80, -1) + [snd], crc, False))
         write(t, f"write-long-oob-crc{crc}", bytes([crc | 12]) +
               fpdu_stream(long_write(80, 70), crc, False))
+        # Small whole Sends, as a ping-pong receives them: into the
+        # one-SGE receives (rx_send_small's one pass) or the three-SGE
+        # ones (the general path), in chunks of 512 and 1 MiB; the
+        # third finds no receive (a Terminate).
+        small = [untagged(3, True, 0, 0, 1, 0) + b"s" * 8,
+                 untagged(5, True, 0, 0, 2, 0) + b"e" * 13,
+                 untagged(3, True, 0, 0, 3, 0) + b"n" * 8]
+        for cfg in (crc | 8, crc | 10, crc | 12):
+            write(t, f"send-small-cfg{cfg}", bytes([cfg]) +
+                  fpdu_stream(small, crc, False))
 
     # fuzz_tls_open: scripts of operations (fuzz_tls_open.c says what
     # each octet means); the target seals the records itself with its

@@ -646,3 +646,456 @@ Test(qp_rx_whole, faults_are_named_as_on_the_general_path)
 		cr_assert_neq(g_rx.cqe[k].status, RDMAP_WC_SUCCESS);
 	teardown();
 }
+
+/* ---- a whole Send into a one-SGE receive (rx_send_small) ---- */
+
+/* A receive of the SGEs sg[0..n) (length: their sum). */
+static void post_recv_sges(uint64_t wr_id, const struct rdmap_sge *sg, int n)
+{
+	struct rdmap_ring *rq = rdmap_qp_rq(g_rx.qp);
+	uint32_t tail = atomic_load(&rq->tail);
+	struct rdmap_recv_wr *r = rdmap_ring_slot(rq, tail);
+
+	memset(r, 0, sizeof(*r));
+	r->wr_id = wr_id;
+	r->num_sge = (uint8_t)n;
+	for (int i = 0; i < n; i++) {
+		r->sge[i] = sg[i];
+		r->length += sg[i].length;
+	}
+	atomic_store(&rq->tail, tail + 1);
+}
+
+/*
+ * Sends each alone in a read, as a ping-pong gets them: the completion
+ * (wr_id, RECV, length, SE, no Invalidate), the octets, the RQ slot
+ * given back, the MSN that the next Send must carry, what rx_done
+ * returns (nothing partial) and the statistics (FPDUs, messages and
+ * octets per opcode), as the general path keeps them.
+ */
+Test(qp_rx_small, sends_complete_count_and_advance)
+{
+	static const struct { uint8_t op; uint32_t len; } m[] = {
+		{ RDMAP_OP_SEND, 8 }, { RDMAP_OP_SEND_SE, 0 },
+		{ RDMAP_OP_SEND, 512 }, { RDMAP_OP_SEND_SE, 13 },
+	};
+	const struct rdmap_qp_stats *st;
+	struct rdmap_ring *rq;
+	uint8_t wire[1024];
+
+	setup(true, 4);
+	rq = rdmap_qp_rq(g_rx.qp);
+	st = rdmap_qp_stats(g_rx.qp);
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		struct iovec iov[RDMAP_MAX_SGE + 1];
+		size_t len;
+		int n, ret;
+
+		post_recv(80 + i, 512 * i);
+		len = send_fpdu(wire, sizeof(wire), m[i].op, 1 + (uint32_t)i,
+				32 * i, m[i].len, NULL);
+		n = rdmap_qp_rx_want(g_rx.qp, iov, RDMAP_MAX_SGE + 1);
+		cr_assert_eq(n, 1);
+		memcpy(iov[0].iov_base, wire, len);
+		ret = rdmap_qp_rx_done(g_rx.qp, len);
+		cr_assert_eq(ret & RDMAP_RX_PARTIAL, 0, "Send %zu", i);
+		cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+			     "Send %zu: Terminate %#x", i, g_term);
+		cr_assert_eq(g_rx.ncqe, (int)i + 1);
+		cr_assert_eq(g_rx.cqe[i].wr_id, 80 + i);
+		cr_assert_eq(g_rx.cqe[i].status, RDMAP_WC_SUCCESS);
+		cr_assert_eq(g_rx.cqe[i].opcode, RDMAP_WC_RECV);
+		cr_assert(g_rx.cqe[i].recv);
+		cr_assert_not(g_rx.cqe[i].with_inv);
+		cr_assert_eq(g_rx.cqe[i].byte_len, m[i].len);
+		cr_assert_eq(g_rx.cqe[i].solicited,
+			     m[i].op == RDMAP_OP_SEND_SE);
+		cr_assert_eq(memcmp(g_dst + 512 * i, g_src + 32 * i, m[i].len),
+			     0, "Send %zu placed", i);
+		cr_assert_eq(atomic_load(&rq->head), (uint32_t)i + 1,
+			     "slot given back");
+	}
+	/* After its payload, the next receive's area is untouched. */
+	cr_assert_eq(g_dst[512 * 3 + 13], 0xee);
+	cr_assert_eq(atomic_load(&st->rx_fpdus), 4);
+	cr_assert_eq(atomic_load(&st->rx_msgs[RDMAP_OP_SEND]), 2);
+	cr_assert_eq(atomic_load(&st->rx_msgs[RDMAP_OP_SEND_SE]), 2);
+	cr_assert_eq(atomic_load(&st->rx_octets[RDMAP_OP_SEND]), 8 + 512);
+	cr_assert_eq(atomic_load(&st->rx_octets[RDMAP_OP_SEND_SE]), 13);
+	/* MSN 5 is next: with no receive posted it is "no buffer" (MSN in
+	 * range), where MSN 4 again would be out of range. */
+	{
+		size_t len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 5,
+				       0, 8, NULL);
+
+		g_term = -1;
+		feed_one_read(wire, len);
+		cr_assert_eq(g_term, 0x1202, "Terminate %#x", g_term);
+	}
+	teardown();
+}
+
+static void inv_on(uint8_t *u)
+{
+	/* Send with Invalidate of STag 0x5a5a5a00. */
+	u[1] = (uint8_t)((u[1] & ~0x0f) | RDMAP_OP_SEND_INV);
+	u[2] = 0x5a;
+	u[3] = 0x5a;
+	u[4] = 0x5a;
+	u[5] = 0x00;
+}
+
+/*
+ * Receives that the one-pass path leaves to the general one, and what
+ * the general one makes of them: two SGEs (the octets split across
+ * them), an empty SGE before the one that takes the octets, an SGE past
+ * its MR's end, an lkey that names no MR, an MR that is invalid, of
+ * another PD or without local write access (each a local protection
+ * error and a local catastrophic Terminate), and a Send with Invalidate
+ * (refused: wisp's MRs cannot be invalidated remotely).
+ */
+Test(qp_rx_small, receives_it_does_not_take_complete_as_before)
+{
+	enum { OK, PROT, INV };
+	static const struct {
+		const char *what;
+		int kind;
+	} c[] = {
+		{ "two SGEs", OK }, { "empty SGE first", OK },
+		{ "SGE past the MR", PROT }, { "no such lkey", PROT },
+		{ "MR invalid", PROT }, { "MR of another PD", PROT },
+		{ "MR without local write", PROT },
+		{ "Send with Invalidate", INV },
+	};
+	uint8_t wire[1024];
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct rdmap_sge sg[2];
+		size_t len;
+		int nsg = 1;
+
+		setup(true, 4);
+		sg[0] = (struct rdmap_sge){ g_dmr.iova + 100, 5, g_dmr.stag };
+		sg[1] = (struct rdmap_sge){ g_dmr.iova + 300, 507, g_dmr.stag };
+		switch (i) {
+		case 0:
+			nsg = 2;
+			break;
+		case 1:
+			sg[0].length = 0;
+			nsg = 2;
+			break;
+		case 2:
+			sg[0] = (struct rdmap_sge){ g_dmr.iova + sizeof(g_dst) - 4,
+						    8, g_dmr.stag };
+			break;
+		case 3:
+			sg[0].lkey ^= 0xff;
+			sg[0].length = 64;
+			break;
+		case 4:
+			atomic_store(&g_dmr.valid, false);
+			sg[0].length = 64;
+			break;
+		case 5:
+			g_dmr.pd = (const void *)2;
+			sg[0].length = 64;
+			break;
+		case 6:
+			g_dmr.access = RDMAP_ACC_REMOTE_WRITE;
+			sg[0].length = 64;
+			break;
+		default:
+			sg[0].length = 64;
+			break;
+		}
+		post_recv_sges(90, sg, nsg);
+		g_term = -1;
+		len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 1, 40, 8,
+				c[i].kind == INV ? inv_on : NULL);
+		feed_one_read(wire, len);
+		cr_assert_eq(g_rx.ncqe, 1, "%s", c[i].what);
+		cr_assert_eq(g_rx.cqe[0].wr_id, 90, "%s", c[i].what);
+		if (c[i].kind == OK) {
+			cr_assert_eq(g_rx.cqe[0].status, RDMAP_WC_SUCCESS,
+				     "%s", c[i].what);
+			cr_assert_eq(g_rx.cqe[0].byte_len, 8);
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+				     "%s", c[i].what);
+			if (i == 0) {
+				cr_assert_eq(memcmp(g_dst + 100, g_src + 40, 5),
+					     0);
+				cr_assert_eq(memcmp(g_dst + 300, g_src + 45, 3),
+					     0);
+				cr_assert_eq(g_dst[105], 0xee);
+			} else {
+				cr_assert_eq(memcmp(g_dst + 300, g_src + 40, 8),
+					     0);
+				cr_assert_eq(g_dst[100], 0xee);
+			}
+		} else {
+			cr_assert_eq(g_rx.cqe[0].status,
+				     c[i].kind == PROT ?
+				     RDMAP_WC_LOC_PROT_ERR :
+				     RDMAP_WC_REM_INV_REQ_ERR,
+				     "%s: status %u", c[i].what,
+				     g_rx.cqe[0].status);
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_ERROR,
+				     "%s", c[i].what);
+			cr_assert_eq(g_term, c[i].kind == PROT ? 0x0000 : 0x0109,
+				     "%s: Terminate %#x", c[i].what, g_term);
+		}
+		/* Restore what the case changed before the MR goes. */
+		atomic_store(&g_dmr.valid, true);
+		g_dmr.pd = PD;
+		teardown();
+	}
+}
+
+static bool g_srq_has;
+static struct rdmap_recv_wr g_srq_wr;
+
+static bool srq_pop(void *arg, struct rdmap_recv_wr *out)
+{
+	(void)arg;
+	if (!g_srq_has)
+		return false;
+	*out = g_srq_wr;
+	g_srq_has = false;
+	return true;
+}
+
+/* A QP on an SRQ: the general path takes the receive from it. */
+Test(qp_rx_small, srq_receive_takes_the_general_path)
+{
+	static const struct rdmap_qp_ops srq_ops = {
+		.complete = on_complete, .fatal = on_fatal, .srq_pop = srq_pop,
+	};
+	struct rdmap_qp_cfg cfg = { .pd = PD, .stags = &g_t, .ops = &srq_ops,
+				    .ops_arg = &g_rx, .sq_size = 4,
+				    .rq_size = 8, .use_srq = true };
+	struct rdmap_stream_cfg sc = { .ird = 4, .ord = 4, .mulpdu = MULPDU,
+				       .crc = true };
+	uint8_t wire[1024];
+	size_t len;
+
+	setup(true, 4);
+	rdmap_qp_destroy(g_rx.qp);
+	memset(&g_rx, 0, sizeof(g_rx));
+	g_rx.qp = rdmap_qp_create(&cfg);
+	cr_assert_not_null(g_rx.qp);
+	cr_assert_eq(rdmap_qp_start(g_rx.qp, &sc), 0);
+	g_srq_wr = (struct rdmap_recv_wr){
+		.wr_id = 99, .num_sge = 1, .length = 64,
+		.sge = { { g_dmr.iova + 64, 64, g_dmr.stag } },
+	};
+	g_srq_has = true;
+	len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND_SE, 1, 8, 8, NULL);
+	feed_one_read(wire, len);
+	cr_assert_not(g_srq_has, "taken from the SRQ");
+	cr_assert_eq(g_rx.ncqe, 1);
+	cr_assert_eq(g_rx.cqe[0].wr_id, 99);
+	cr_assert_eq(g_rx.cqe[0].status, RDMAP_WC_SUCCESS);
+	cr_assert(g_rx.cqe[0].solicited);
+	cr_assert_eq(memcmp(g_dst + 64, g_src + 8, 8), 0);
+	teardown();
+}
+
+/*
+ * rdmap_qp_rx_want_staged: between FPDUs, the stage, as rdmap_qp_rx_want
+ * gives it; inside an FPDU's payload (a Send whose header came alone)
+ * and once the QP failed, 0 (the caller locks and asks rx_want).
+ */
+Test(qp_rx_small, staged_want_only_between_fpdus_in_rts)
+{
+	struct iovec a[RDMAP_MAX_SGE + 1], b[RDMAP_MAX_SGE + 1];
+	uint8_t wire[1024];
+	size_t len;
+
+	setup(true, 4);
+	post_recv(5, 0);
+	cr_assert_eq(rdmap_qp_rx_want_staged(g_rx.qp, a, RDMAP_MAX_SGE + 1),
+		     1);
+	cr_assert_eq(rdmap_qp_rx_want(g_rx.qp, b, RDMAP_MAX_SGE + 1), 1);
+	cr_assert_eq(a[0].iov_base, b[0].iov_base);
+	cr_assert_eq(a[0].iov_len, b[0].iov_len);
+	/* The length field and header of a Send, its payload not yet. */
+	len = send_fpdu(wire, sizeof(wire), RDMAP_OP_SEND, 1, 0, 200, NULL);
+	memcpy(b[0].iov_base, wire, 2 + DDP_UNTAGGED_HDR_LEN);
+	rdmap_qp_rx_done(g_rx.qp, 2 + DDP_UNTAGGED_HDR_LEN);
+	cr_assert_eq(rdmap_qp_rx_want_staged(g_rx.qp, a, RDMAP_MAX_SGE + 1),
+		     0, "inside a payload");
+	/* The rest: the Send completes, and the stage is offered again. */
+	feed(wire + 2 + DDP_UNTAGGED_HDR_LEN, len - 2 - DDP_UNTAGGED_HDR_LEN);
+	cr_assert_eq(g_rx.ncqe, 1);
+	cr_assert_eq(g_rx.cqe[0].status, RDMAP_WC_SUCCESS);
+	cr_assert_eq(rdmap_qp_rx_want_staged(g_rx.qp, a, RDMAP_MAX_SGE + 1),
+		     1);
+	rdmap_qp_shutdown(g_rx.qp);
+	cr_assert_eq(rdmap_qp_rx_want_staged(g_rx.qp, a, RDMAP_MAX_SGE + 1),
+		     0, "failed QP");
+	teardown();
+}
+
+/* A WRITE FPDU (CRC on) of len octets of the source from src_off to
+ * TO to under stag, L as given; tamper edits the ULPDU first. */
+static size_t write_fpdu(uint8_t *out, size_t cap, uint32_t stag,
+			 uint64_t to, bool last, size_t src_off, uint32_t len,
+			 void (*tamper)(uint8_t *ulpdu))
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
+	uint8_t ulpdu[64 + 512];
+	struct mpa_tx tx;
+	int hl, n;
+
+	h.ddp.tagged = true;
+	h.ddp.last = last;
+	h.ddp.t.stag = stag;
+	h.ddp.t.to = to;
+	hl = rdmap_hdr_build(&h, ulpdu, 64);
+	cr_assert_eq(hl, DDP_TAGGED_HDR_LEN);
+	memcpy(ulpdu + hl, g_src + src_off, len);
+	if (tamper)
+		tamper(ulpdu);
+	mpa_tx_init(&tx, true, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+/*
+ * Small WRITEs, each whole in a read (the one-pass rx_write_small) and
+ * several in one read (the kept MR reference): placed, counted as the
+ * general path counts them, nothing completed, the QP up; then the MR
+ * can still be removed (no reference left behind: rdmap_stag_remove
+ * would wait forever).
+ */
+Test(qp_rx_small, writes_place_and_count)
+{
+	static const struct { uint64_t off; uint32_t len; } w[] = {
+		{ 0x100, 8 }, { 0x200, 40 }, { 0x3fff - 0x3000, 1 },
+		{ 0x300, 512 },
+	};
+	const struct rdmap_qp_stats *st;
+	uint8_t wire[4096];
+	size_t len = 0;
+	uint64_t octets = 0;
+
+	setup(true, 4);
+	st = rdmap_qp_stats(g_rx.qp);
+	for (size_t i = 0; i < 2; i++) {
+		len = write_fpdu(wire, sizeof(wire), g_dmr.stag,
+				 g_dmr.iova + w[i].off, true, 64 * i, w[i].len,
+				 NULL);
+		feed_one_read(wire, len);
+		octets += w[i].len;
+	}
+	len = 0;
+	for (size_t i = 2; i < 4; i++) {
+		len += write_fpdu(wire + len, sizeof(wire) - len, g_dmr.stag,
+				  g_dmr.iova + w[i].off, true, 64 * i,
+				  w[i].len, NULL);
+		octets += w[i].len;
+	}
+	feed_one_read(wire, len);
+	cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS, "Terminate %#x",
+		     g_term);
+	cr_assert_eq(g_rx.ncqe, 0);
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_eq(memcmp(g_dst + w[i].off, g_src + 64 * i, w[i].len),
+			     0, "WRITE %zu placed", i);
+	cr_assert_eq(g_dst[0x100 + 8], 0xee);
+	cr_assert_eq(g_dst[0xff], 0xee);
+	cr_assert_eq(atomic_load(&st->rx_fpdus), 4);
+	cr_assert_eq(atomic_load(&st->rx_msgs[RDMAP_OP_WRITE]), 4);
+	cr_assert_eq(atomic_load(&st->rx_octets[RDMAP_OP_WRITE]), octets);
+	teardown();
+}
+
+static void write_rsvd(uint8_t *u) { u[1] |= 0x30; }
+static void write_dv2(uint8_t *u) { u[0] = (uint8_t)((u[0] & ~3) | 2); }
+
+/*
+ * WRITEs that the one-pass path leaves to the general one: refused
+ * with the Terminate RFC 5041 / 5040 name it (past the MR, wrong key,
+ * another PD, an MR or a QP without remote write, DDP version 2),
+ * nothing placed; or placed by it (a segment with L clear and the last
+ * one after it, the RDMAP reserved bits set, an empty WRITE).
+ */
+Test(qp_rx_small, writes_it_does_not_take)
+{
+	enum { PLACED = -1 };
+	static const struct {
+		const char *what;
+		int term;
+	} c[] = {
+		{ "past the MR", 0x1101 }, { "wrong key", 0x1100 },
+		{ "another PD", 0x1102 }, { "MR without remote write", 0x0102 },
+		{ "QP without remote write", 0x0102 }, { "DV 2", 0x1104 },
+		{ "L clear, then the last", PLACED },
+		{ "reserved bits", PLACED }, { "empty", PLACED },
+	};
+	uint8_t wire[2048];
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint32_t stag;
+		uint64_t to;
+		size_t len;
+
+		setup(true, 4);
+		stag = g_dmr.stag;
+		to = g_dmr.iova + 0x400;
+		g_term = -1;
+		switch (i) {
+		case 0:
+			to = g_dmr.iova + sizeof(g_dst) - 4;
+			break;
+		case 1:
+			stag ^= 0x1;
+			break;
+		case 2:
+			g_dmr.pd = (const void *)2;
+			break;
+		case 3:
+			g_dmr.access = RDMAP_ACC_LOCAL_WRITE;
+			break;
+		case 4:
+			rdmap_qp_set_access(g_rx.qp, 0);
+			break;
+		default:
+			break;
+		}
+		if (i == 6) {
+			len = write_fpdu(wire, sizeof(wire), stag, to, false, 0,
+					 8, NULL);
+			len += write_fpdu(wire + len, sizeof(wire) - len, stag,
+					  to + 8, true, 8, 8, NULL);
+		} else {
+			len = write_fpdu(wire, sizeof(wire), stag, to, true, 0,
+					 i == 8 ? 0 : 16,
+					 i == 5 ? write_dv2 :
+					 i == 7 ? write_rsvd : NULL);
+		}
+		feed_one_read(wire, len);
+		cr_assert_eq(g_term, c[i].term, "%s: Terminate %#x, not %#x",
+			     c[i].what, g_term, c[i].term);
+		if (c[i].term == PLACED) {
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+				     "%s", c[i].what);
+			if (i != 8)
+				cr_assert_eq(memcmp(g_dst + 0x400, g_src, 16),
+					     0, "%s: placed", c[i].what);
+			else
+				cr_assert_eq(g_dst[0x400], 0xee);
+		} else {
+			cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_ERROR,
+				     "%s", c[i].what);
+			for (size_t k = 0; k < sizeof(g_dst); k++)
+				cr_assert_eq(g_dst[k], 0xee,
+					     "%s: octet %zu placed", c[i].what,
+					     k);
+		}
+		g_dmr.pd = PD;
+		teardown();
+	}
+}

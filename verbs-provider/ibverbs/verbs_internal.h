@@ -100,9 +100,6 @@ void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c);
  * straight to its caller instead (verbs_cq.c, "A poller's own
  * completions"). */
 void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited);
-/* How many completions this thread has handed so in the ibv_poll_cq it
- * is in (0 outside one): with the CQs' tails, whether work completed. */
-uint32_t wisp_cq_handed(void);
 
 /* ---- verbs_srq.c ------------------------------------------------- */
 
@@ -149,6 +146,17 @@ struct wisp_qp {
 	 * that sends directly (glue_conn_send_now) and a polling thread
 	 * that receives directly (glue_conn_recv_now). */
 	pthread_mutex_t core_lock;
+	/* rx_want left core_lock held for its rx_done (verbs_stream.c).
+	 * Only the thread receiving on the stream uses it, and receives are
+	 * serialised by the engine (glue's rx_lock). */
+	bool rx_held;
+	/* Completions the core made for this QP (core_complete), read by
+	 * s_rx_done before and after rdmap_qp_rx_done to learn whether what
+	 * arrived completed work. Relaxed load and store, no read-modify-
+	 * write: almost every completion is made under core_lock; a flush
+	 * on a posting thread (post_lock only) that loses a count costs at
+	 * worst one wait too many (glue.h GLUE_RX_COMPLETED is a hint). */
+	_Atomic uint32_t ncqe;
 	struct wisp_cq *scq, *rcq;
 	struct wisp_srq *srq;
 	struct wisp_qp *qps_next;     /* process-wide list */

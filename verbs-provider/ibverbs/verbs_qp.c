@@ -68,6 +68,10 @@ static void core_complete(void *arg, const struct rdmap_cqe *c)
 		wc.wc_flags |= IBV_WC_WITH_INV;
 		wc.invalidated_rkey = c->inv_stag;
 	}
+	atomic_store_explicit(&qp->ncqe,
+			      atomic_load_explicit(&qp->ncqe,
+						   memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 	wisp_cq_push(c->recv ? qp->rcq : qp->scq, &wc, c->solicited);
 }
 

@@ -23,52 +23,70 @@
 /* ------------------------------------------------------------------ */
 
 /*
- * The core stays locked from rx_want to rx_done, across the recvmsg
- * between them (glue.h promises the pair, on one thread). The iovecs
- * may point into a posted receive buffer or a tagged MR: while the
- * kernel copies into them, no other thread may complete that receive
- * (a flush: a send failing on a posting thread, a disconnect on the
- * engine) or drop the MR references that keep ibv_dereg_mr waiting, or
- * the application could reuse memory the kernel is still writing. Every
- * path that does takes the core lock, so none can run inside the copy.
- * The price: a tx_fill on another thread waits for one recvmsg.
+ * The core stays locked from rx_want to rx_done, across the recv
+ * between them (glue.h promises the pair, on one thread), when the
+ * iovecs may point into a posted receive buffer or a tagged MR: while
+ * the kernel copies into them, no other thread may complete that
+ * receive (a flush: a send failing on a posting thread, a disconnect on
+ * the engine) or drop the MR references that keep ibv_dereg_mr
+ * waiting, or the application could reuse memory the kernel is still
+ * writing. Every path that does takes the core lock, so none can run
+ * inside the copy. The price: a tx_fill on another thread waits for one
+ * recv.
+ *
+ * A receive into the QP's own stage (between FPDUs: every small
+ * message's read and every empty poll) takes no lock until octets have
+ * arrived (rdmap_qp_rx_want_staged says when, and why that is safe):
+ * the kernel writes only into the stage, which only the receiving
+ * thread and rdmap_qp_trim (under the same rx_lock of the engine's)
+ * touch, and whatever another thread does to the QP meanwhile (a
+ * flush, a revoke: both fail it) rx_done sees under the lock. An empty
+ * poll then costs no lock at all (issue 13).
  */
 static int s_rx_want(void *arg, struct iovec *iov, int cap)
 {
 	struct wisp_qp *qp = arg;
+	int n = rdmap_qp_rx_want_staged(qp->core, iov, cap);
 
+	qp->rx_held = !n;
+	if (n)
+		return n;
 	pthread_mutex_lock(&qp->core_lock);
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
-/* How many completions the QP's CQs have taken so far (a sum that
- * changes when either gets one; another QP's count too), those handed
- * straight to this thread's ibv_poll_cq included. */
-static uint32_t cq_tails(const struct wisp_qp *qp)
+/* s_rx_done with octets, the core locked. Out of line: an empty poll's
+ * s_rx_done then saves and restores no registers. */
+__attribute__((noinline))
+static int rx_done_locked(struct wisp_qp *qp, size_t n)
 {
-	return atomic_load_explicit(&qp->scq->tail, memory_order_relaxed) +
-	       atomic_load_explicit(&qp->rcq->tail, memory_order_relaxed) +
-	       wisp_cq_handed();
+	/* Say whether it completed work: a posting thread waits for
+	 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
+	 * Counted per QP (core_complete): no look at the CQs nor at this
+	 * thread's hand-off to its ibv_poll_cq (a TLS lookup). */
+	uint32_t ncqe = atomic_load_explicit(&qp->ncqe, memory_order_relaxed);
+	int ret = rdmap_qp_rx_done(qp->core, n);
+
+	if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) != ncqe)
+		ret |= GLUE_RX_COMPLETED;
+	pthread_mutex_unlock(&qp->core_lock);
+	return ret;
 }
 
 static int s_rx_done(void *arg, size_t n)
 {
 	struct wisp_qp *qp = arg;
-	int ret = 0;
 
-	if (n) {
-		/* Say whether it completed work: a posting thread waits for
-		 * answers that complete nothing (glue.h GLUE_RX_COMPLETED).
-		 * A completion of another QP on a shared CQ meanwhile says
-		 * so too: at worst one wait less. */
-		uint32_t tails = cq_tails(qp);
-
-		ret = rdmap_qp_rx_done(qp->core, n);
-		if (cq_tails(qp) != tails)
-			ret |= GLUE_RX_COMPLETED;
+	if (!qp->rx_held) {
+		/* A staged receive that brought nothing: nothing changed. */
+		if (!n)
+			return 0;
+		pthread_mutex_lock(&qp->core_lock);
+	} else if (!n) {
+		pthread_mutex_unlock(&qp->core_lock);
+		return 0;
 	}
-	pthread_mutex_unlock(&qp->core_lock);
-	return ret;
+	return rx_done_locked(qp, n);
 }
 
 static int s_tx_fill(void *arg, struct iovec *iov, int cap)
