@@ -1776,7 +1776,7 @@ static bool send_direct(struct glue_conn *c, bool post)
 	ssize_t n;
 	size_t offered = 0;
 	int niov, err, close = 0, done = 0;
-	int64_t post_end = 0, wait = 0;
+	int64_t post_end = 0, wait = 0, sent_ns = 0;
 	bool sent = false, more = false, cork = false;
 
 	/* Busy: the engine is at it and will see the kick. */
@@ -1832,7 +1832,7 @@ static bool send_direct(struct glue_conn *c, bool post)
 			     (size_t)n < offered);
 		cork_sent(c, cork, n);
 		if (post && c->cork_ok)
-			c->cork_last_ns = now_ns();
+			c->cork_last_ns = sent_ns = now_ns();
 	}
 	glue_stat_tx_direct(c, niov, n, err);
 	if (n > 0) {
@@ -1852,9 +1852,11 @@ static bool send_direct(struct glue_conn *c, bool post)
 	more = n < 0 || close ||
 	       (!(done & GLUE_TX_IDLE) &&
 		c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0);
-	/* A lone post: it went whole, nothing queued behind it. */
+	/* A lone post: it went whole, nothing queued behind it. Its end is
+	 * the reading taken for the cork rule just after the send, if any:
+	 * one clock read per post, not two. */
 	if (post && c->ans.max_ns && sent && !more && !cork) {
-		post_end = now_ns();
+		post_end = sent_ns ? sent_ns : now_ns();
 		wait = glue_answer_post(&c->ans, post_end, true);
 	}
 out:
