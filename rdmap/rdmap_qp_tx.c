@@ -452,7 +452,8 @@ static int tx_flat_wr(struct rdmap_qp *qp)
 		h.opcode = send_opcode(wr);
 		h.ddp.u.qn = RDMAP_QN_SEND;
 		h.ddp.u.msn = qp->tx_msn[RDMAP_QN_SEND]++;
-		if (rdmap_op(h.opcode)->inval_stag)
+		/* The *_INV Sends (send_opcode), as rdmap_op() says. */
+		if (wr->opcode == RDMAP_WR_SEND_INV)
 			h.ddp.u.ulp_word = h.inval_stag = wr->inv_stag;
 	}
 	/* RFC 5040 4.1: RV is 01b; the reserved bits are zero. */
