@@ -331,8 +331,17 @@ int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
  * octets on the wire are those mpa_fpdu_frame() lays out for the same
  * ULPDU.
  */
-uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
-			     struct mpa_fpdu_scratch *scr, size_t ulpdu_len);
+static inline uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
+					    struct mpa_fpdu_scratch *scr,
+					    size_t ulpdu_len)
+{
+	if (tx->markers || MPA_LEN_FIELD + ulpdu_len +
+				   mpa_pad_len((uint32_t)ulpdu_len) +
+				   MPA_CRC_LEN > MPA_FPDU_FLAT_MAX)
+		return NULL;
+	return scr->flat + MPA_LEN_FIELD;
+}
+
 void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
 			  size_t ulpdu_len, struct iovec *out);
 

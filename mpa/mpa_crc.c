@@ -95,6 +95,11 @@ uint32_t mpa_crc_final(uint32_t state)
 
 uint32_t mpa_crc32c(const void *buf, size_t len)
 {
+#ifdef MPA_CRC_HW
+	/* A small FPDU's CRC (issue 13) without the calls in between. */
+	if (len <= MPA_CRC_SMALL && crc_hw())
+		return ~crc_small_hw(MPA_CRC_INIT, buf, len);
+#endif
 	return mpa_crc_final(mpa_crc_update(MPA_CRC_INIT, buf, len));
 }
 

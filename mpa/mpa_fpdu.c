@@ -189,16 +189,6 @@ static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	return o.cnt;
 }
 
-uint8_t *mpa_fpdu_flat_ulpdu(const struct mpa_tx *tx,
-			     struct mpa_fpdu_scratch *scr, size_t ulpdu_len)
-{
-	if (tx->markers || MPA_LEN_FIELD + ulpdu_len +
-				   mpa_pad_len((uint32_t)ulpdu_len) +
-				   MPA_CRC_LEN > MPA_FPDU_FLAT_MAX)
-		return NULL;
-	return scr->flat + MPA_LEN_FIELD;
-}
-
 void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
 			  size_t ulpdu_len, struct iovec *out)
 {

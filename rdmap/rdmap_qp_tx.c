@@ -452,7 +452,8 @@ static int tx_flat_wr(struct rdmap_qp *qp)
 		h.opcode = send_opcode(wr);
 		h.ddp.u.qn = RDMAP_QN_SEND;
 		h.ddp.u.msn = qp->tx_msn[RDMAP_QN_SEND]++;
-		if (rdmap_op(h.opcode)->inval_stag)
+		/* The *_INV Sends (send_opcode), as rdmap_op() says. */
+		if (wr->opcode == RDMAP_WR_SEND_INV)
 			h.ddp.u.ulp_word = h.inval_stag = wr->inv_stag;
 	}
 	/* RFC 5040 4.1: RV is 01b; the reserved bits are zero. */
@@ -574,13 +575,18 @@ static int tx_view(struct rdmap_qp *qp, struct iovec *iov, int cap)
 
 /* Build a new batch: the Terminate, the RTR or nudge, Read Responses and
  * WRs. Returns <0 on a local failure. */
+static void batch_reset(struct rdmap_qp *qp)
+{
+	qp->nfp = qp->fp_done = 0;
+	qp->niov = qp->iov_cur = 0;
+	qp->iov_off = qp->b_total = qp->b_sent = 0;
+}
+
 static int tx_build(struct rdmap_qp *qp)
 {
 	int ret;
 
-	qp->nfp = qp->fp_done = 0;
-	qp->niov = qp->iov_cur = 0;
-	qp->iov_off = qp->b_total = qp->b_sent = 0;
+	batch_reset(qp);
 	if (qp->term_pending)
 		return tx_terminate(qp);
 	if (qp_state(qp) != RDMAP_QP_RTS)
@@ -646,12 +652,46 @@ static bool tx_wants_big(const struct rdmap_qp *qp)
 	return wr->opcode != RDMAP_WR_READ && wr->length > small;
 }
 
+/*
+ * Is the WR at the head of the SQ all there is to send, on a QP with
+ * nothing else to do (no Terminate, RTR, nudge, Read Response, WR under
+ * way, hold or wish for the large batch)? Then tx_build() would frame it
+ * alone, and tx_lone() frames it without tx_build()'s other steps (issue
+ * 13: the lone post of a ping-pong, the most common fill of all).
+ */
+static bool tx_is_lone(const struct rdmap_qp *qp)
+{
+	return qp_state(qp) == RDMAP_QP_RTS && !qp->term_pending &&
+	       !qp->rtr_pending && !qp->nudge_pending && !qp->tx_hold &&
+	       !qp->tx_grow && !qp->cur.active &&
+	       qp->ird_head == qp->ird_tail &&
+	       atomic_load_explicit(&qp->sq.tail, memory_order_acquire) -
+	       qp->sq_txpos == 1;
+}
+
+/* That lone WR as one flat FPDU in a new batch, if tx_flat_wr() takes
+ * it; else nothing is changed but the (empty) batch, and the general
+ * path builds it. Returns the iovec count, 0 if not taken. */
+static int tx_lone(struct rdmap_qp *qp, struct iovec *iov, int cap)
+{
+	if (cap < 1 || !tx_is_lone(qp))
+		return 0;
+	batch_reset(qp);
+	if (!tx_flat_wr(qp))
+		return 0;
+	iov[0] = qp->iov[0];
+	return 1;
+}
+
 int rdmap_qp_tx_fill(struct rdmap_qp *qp, struct iovec *iov, int cap)
 {
 	int ret;
 
 	if (qp->b_sent < qp->b_total)
 		return tx_view(qp, iov, cap);
+	ret = tx_lone(qp, iov, cap);
+	if (ret)
+		return ret;
 	/* Nothing to send, as after nearly every send of a ping-pong (the
 	 * sender asks once more): no batch to set up. */
 	if (!rdmap_qp_tx_pending(qp))

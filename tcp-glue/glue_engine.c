@@ -137,12 +137,18 @@ static void conn_set_state(struct glue_conn *c, enum glue_conn_state s)
  * clock_gettime (about 40 ns on a VM; cork_burst). 0: none yet. */
 static _Thread_local int64_t clock_seen_ns;
 
-static int64_t now_ns(void)
+/* CLOCK_MONOTONIC in nanoseconds, not kept in clock_seen_ns. */
+static int64_t mono_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	clock_seen_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t now_ns(void)
+{
+	clock_seen_ns = mono_ns();
 	return clock_seen_ns;
 }
 
@@ -1776,7 +1782,7 @@ static bool send_direct(struct glue_conn *c, bool post)
 	ssize_t n;
 	size_t offered = 0;
 	int niov, err, close = 0, done = 0;
-	int64_t post_end = 0, wait = 0;
+	int64_t post_end = 0, wait = 0, sent_ns = 0;
 	bool sent = false, more = false, cork = false;
 
 	/* Busy: the engine is at it and will see the kick. */
@@ -1831,8 +1837,12 @@ static bool send_direct(struct glue_conn *c, bool post)
 		atomic_store(&c->tx_full, n < 0 ? err == EAGAIN :
 			     (size_t)n < offered);
 		cork_sent(c, cork, n);
+		/* Not kept in clock_seen_ns (a thread variable, looked up
+		 * by __tls_get_addr in a shared library): as cork_last_ns
+		 * too, it could never tell the next post's cork_burst that
+		 * the gap has passed. */
 		if (post && c->cork_ok)
-			c->cork_last_ns = now_ns();
+			c->cork_last_ns = sent_ns = mono_ns();
 	}
 	glue_stat_tx_direct(c, niov, n, err);
 	if (n > 0) {
@@ -1852,9 +1862,11 @@ static bool send_direct(struct glue_conn *c, bool post)
 	more = n < 0 || close ||
 	       (!(done & GLUE_TX_IDLE) &&
 		c->ops->tx_fill(c->arg, c->tx_iov, 1) > 0);
-	/* A lone post: it went whole, nothing queued behind it. */
+	/* A lone post: it went whole, nothing queued behind it. Its end is
+	 * the reading taken for the cork rule just after the send, if any:
+	 * one clock read per post, not two. */
 	if (post && c->ans.max_ns && sent && !more && !cork) {
-		post_end = now_ns();
+		post_end = sent_ns ? sent_ns : now_ns();
 		wait = glue_answer_post(&c->ans, post_end, true);
 	}
 out:

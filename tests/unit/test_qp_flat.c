@@ -176,22 +176,28 @@ static size_t drain(uint8_t *wire, size_t cap)
 	}
 }
 
-/* Feed octets to the receiver as the engine would. */
-static void feed(const uint8_t *b, size_t len)
+/* Feed octets to qp as the engine would. */
+static void feed_qp(struct rdmap_qp *qp, const uint8_t *b, size_t len)
 {
 	while (len) {
 		struct iovec iov[RDMAP_MAX_SGE + 1];
-		int n = rdmap_qp_rx_want(g_rx.qp, iov, RDMAP_MAX_SGE + 1);
+		int n = rdmap_qp_rx_want(qp, iov, RDMAP_MAX_SGE + 1);
 		size_t k = iov[0].iov_len < len ? iov[0].iov_len : len;
 
 		cr_assert_geq(n, 1);
 		memcpy(iov[0].iov_base, b, k);
-		rdmap_qp_rx_done(g_rx.qp, k);
+		rdmap_qp_rx_done(qp, k);
 		b += k;
 		len -= k;
 	}
-	cr_assert_eq(rdmap_qp_state(g_rx.qp), RDMAP_QP_RTS,
+	cr_assert_eq(rdmap_qp_state(qp), RDMAP_QP_RTS,
 		     "the receiver failed: Terminate %#x", g_term);
+}
+
+/* Feed octets to the receiver. */
+static void feed(const uint8_t *b, size_t len)
+{
+	feed_qp(g_rx.qp, b, len);
 }
 
 /* The FPDU the general encoders make for one message of one segment. */
@@ -444,6 +450,138 @@ Test(qp_flat, a_reused_sq_slot_completes_only_when_sent)
 		cr_assert_eq(g_tx.cqe[m].wr_id, m);
 		cr_assert_eq(g_tx.cqe[m].status, RDMAP_WC_SUCCESS);
 	}
+	teardown();
+}
+
+/* ---- a lone WR on an idle QP (tx_lone) ---- */
+
+/* The RDMAP opcode of the FPDU at w (after its length field). */
+static unsigned fpdu_op(const uint8_t *w)
+{
+	return w[2 + 1] & 0x0f;
+}
+
+/*
+ * The lone WR's fill: one Send alone in the SQ of an idle QP is framed
+ * flat, as the general path frames it (qp_flat above), and completes;
+ * with several queued the same fill takes them all (one gathered send,
+ * not one per WR), in SQ order with MSNs in sequence; a WR posted while
+ * a lone FPDU is only partly sent waits until the rest has gone.
+ */
+Test(qp_flat, a_lone_wr_alone_and_queued_wrs_together)
+{
+	uint8_t wire[1024], rest[64];
+	size_t len = 0, rl = 0;
+	int niov;
+
+	setup(true, 8);
+	post(0, RDMAP_WR_SEND, RDMAP_WR_INLINE, 0, 8);
+	cr_assert_eq(fill(wire, sizeof(wire), &len, &niov), 1);
+	cr_assert_eq(len, (size_t)SEND8_WIRE);
+	rdmap_qp_tx_done(g_tx.qp, len);
+	cr_assert_eq(g_tx.ncqe, 1);
+	cr_assert_eq(g_tx.cqe[0].wr_id, 0);
+
+	/* Three queued: one fill, three FPDUs, MSN 2, 3, 4. */
+	post(1, RDMAP_WR_SEND, RDMAP_WR_INLINE, 8, 8);
+	post(2, RDMAP_WR_SEND, 0, 16, 8);
+	post(3, RDMAP_WR_SEND, RDMAP_WR_INLINE, 24, 8);
+	len = 0;
+	cr_assert_eq(fill(wire, sizeof(wire), &len, &niov), 3,
+		     "queued WRs go out together");
+	cr_assert_eq(len, 3u * SEND8_WIRE);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(wire[SEND8_WIRE * i + 2 + 13], 2 + i, "MSN");
+	cr_assert_eq(g_tx.ncqe, 1, "nothing completes before it is sent");
+	rdmap_qp_tx_done(g_tx.qp, len);
+	cr_assert_eq(g_tx.ncqe, 4);
+	for (int i = 1; i < 4; i++)
+		cr_assert_eq(g_tx.cqe[i].wr_id, (uint64_t)i);
+
+	/* A lone Send sent but its last octet: a Send posted now is not
+	 * framed until that octet has gone. */
+	post(4, RDMAP_WR_SEND, RDMAP_WR_INLINE, 32, 8);
+	len = 0;
+	cr_assert_eq(fill(wire, sizeof(wire), &len, NULL), 1);
+	rdmap_qp_tx_done(g_tx.qp, len - 1);
+	post(5, RDMAP_WR_SEND, RDMAP_WR_INLINE, 40, 8);
+	cr_assert_eq(fill(rest, sizeof(rest), &rl, NULL), 1);
+	cr_assert_eq(rl, 1, "only the unsent octet");
+	cr_assert_eq(rest[0], wire[len - 1]);
+	cr_assert_eq(g_tx.ncqe, 4, "completed with an octet unsent");
+	rdmap_qp_tx_done(g_tx.qp, 1);
+	cr_assert_eq(g_tx.ncqe, 5);
+	cr_assert_eq(g_tx.cqe[4].wr_id, 4);
+	len = 0;
+	cr_assert_eq(fill(wire, sizeof(wire), &len, NULL), 1);
+	cr_assert_eq(len, (size_t)SEND8_WIRE);
+	cr_assert_eq(wire[2 + 13], 6, "MSN");
+	rdmap_qp_tx_done(g_tx.qp, len);
+	cr_assert_eq(g_tx.ncqe, 6);
+	cr_assert_eq(g_tx.cqe[5].wr_id, 5);
+	teardown();
+}
+
+/*
+ * A lone Send while the peer's Read waits for its response: the Read
+ * Response goes first (RFC 5040 5.5: the peer's Read is older), then
+ * the Send, in the same fill.
+ */
+Test(qp_flat, a_read_response_goes_before_a_lone_send)
+{
+	struct rdmap_hdr h = { .opcode = RDMAP_OP_READ_REQ };
+	uint8_t ulpdu[64], req[128], wire[1024];
+	struct mpa_tx tx;
+	size_t len = 0;
+	int hl, n;
+
+	setup(true, 4);
+	rdmap_qp_set_access(g_tx.qp, RDMAP_ACC_REMOTE_WRITE |
+				     RDMAP_ACC_REMOTE_READ);
+	g_dmr.access |= RDMAP_ACC_REMOTE_READ;
+	h.ddp.last = true;
+	h.ddp.u.msn = 1;
+	h.rreq.sink_stag = 0x4242;
+	h.rreq.sink_to = 0x9000;
+	h.rreq.size = 16;
+	h.rreq.src_stag = g_dmr.stag;
+	h.rreq.src_to = g_dmr.iova;
+	hl = rdmap_hdr_build(&h, ulpdu, sizeof(ulpdu));
+	cr_assert_gt(hl, 0);
+	mpa_tx_init(&tx, true, false);
+	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl, req, sizeof(req));
+	cr_assert_gt(n, 0);
+	feed_qp(g_tx.qp, req, (size_t)n);
+
+	post(0, RDMAP_WR_SEND, RDMAP_WR_INLINE, 0, 8);
+	cr_assert_eq(fill(wire, sizeof(wire), &len, NULL), 2);
+	cr_assert_eq(fpdu_op(wire), RDMAP_OP_READ_RESP);
+	cr_assert_gt(len, (size_t)SEND8_WIRE);
+	cr_assert_eq(fpdu_op(wire + len - SEND8_WIRE), RDMAP_OP_SEND,
+		     "the Send comes after the Read Response");
+	rdmap_qp_tx_done(g_tx.qp, len);
+	cr_assert_eq(g_tx.ncqe, 1);
+	cr_assert_eq(g_tx.cqe[0].wr_id, 0);
+	teardown();
+}
+
+/*
+ * A QP out of RTS sends no lone WR: after a local error (a bad lkey)
+ * the QP is in ERROR and a Send posted then is not framed.
+ */
+Test(qp_flat, no_lone_wr_out_of_rts)
+{
+	struct rdmap_send_wr *w;
+	uint8_t wire[1024];
+
+	setup(true, 4);
+	post(0, RDMAP_WR_SEND, 0, 0, 8);
+	w = rdmap_ring_slot(rdmap_qp_sq(g_tx.qp), 0);
+	w->sge[1].lkey ^= 0x55;
+	cr_assert_eq(drain(wire, sizeof(wire)), 0);
+	cr_assert_eq(rdmap_qp_state(g_tx.qp), RDMAP_QP_ERROR);
+	post(1, RDMAP_WR_SEND, RDMAP_WR_INLINE, 0, 8);
+	cr_assert_eq(drain(wire, sizeof(wire)), 0, "nothing sent in ERROR");
 	teardown();
 }
 
