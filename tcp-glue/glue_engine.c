@@ -1491,20 +1491,17 @@ static long conn_recv(struct glue_conn *c, int n)
 {
 	long r;
 
-	if (!c->tls) {
-		if (n == 1)
-			r = syscall(SYS_recvfrom, c->fd, c->rx_iov[0].iov_base,
-				    c->rx_iov[0].iov_len, MSG_DONTWAIT, NULL,
-				    NULL);
-		else {
-			c->rx_msg.msg_iov = c->rx_iov;
-			c->rx_msg.msg_iovlen = (size_t)n;
-			r = syscall(SYS_recvmsg, c->fd, &c->rx_msg,
-				    MSG_DONTWAIT);
-		}
-		return r < 0 ? -errno : r;
+	if (c->tls)
+		return glue_tls_readv(c->tls, c->rx_iov, n);
+	if (n == 1) {
+		r = syscall(SYS_recvfrom, c->fd, c->rx_iov[0].iov_base,
+			    c->rx_iov[0].iov_len, MSG_DONTWAIT, NULL, NULL);
+	} else {
+		c->rx_msg.msg_iov = c->rx_iov;
+		c->rx_msg.msg_iovlen = (size_t)n;
+		r = syscall(SYS_recvmsg, c->fd, &c->rx_msg, MSG_DONTWAIT);
 	}
-	return glue_tls_readv(c->tls, c->rx_iov, n);
+	return r < 0 ? -errno : r;
 }
 
 /* As sendmsg(2) of c->tx_iov[0..n), through TLS (tx_lock held). */
@@ -1571,8 +1568,6 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 				glue_answer_rx(&c->ans,
 					       done & GLUE_RX_COMPLETED ? 0 :
 					       now_ns(), done);
-		}
-		if (r > 0) {
 			*got = true;
 			if (done & GLUE_RX_CLOSE)
 				atomic_store(&c->close_req, true);
