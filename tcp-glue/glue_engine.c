@@ -1477,7 +1477,7 @@ void glue_rx_ready(struct glue_conn *c)
  * stage, every empty poll): recv(2), which spares the kernel the msghdr
  * copy and the iovec import (issue 13: a small message's hop).
  *
- * Both through syscall(2), not glibc's recv() and recvmsg(): those are
+ * Both as syscall(2) does them, not glibc's recv() and recvmsg(): those are
  * cancellation points, and switch the thread's cancellation type on and
  * off around the system call (about 50 instructions of an empty poll).
  * A thread polling its CQ gets here from ibv_poll_cq, which is no
@@ -1487,21 +1487,46 @@ void glue_rx_ready(struct glue_conn *c)
  * The call never blocks (MSG_DONTWAIT), so a pending cancel is acted on
  * at the application's next cancellation point instead.
  */
+#if defined(__x86_64__)
+/* syscall(2) made in place, as liburing makes its own: no call into
+ * glibc, no errno; the kernel's result as it is (-errno on failure). */
+static inline long sys_call6(long nr, long a1, long a2, long a3, long a4,
+			     long a5, long a6)
+{
+	register long r10 __asm__("r10") = a4;
+	register long r8 __asm__("r8") = a5;
+	register long r9 __asm__("r9") = a6;
+	long ret;
+
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10),
+			   "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+#else
+static inline long sys_call6(long nr, long a1, long a2, long a3, long a4,
+			     long a5, long a6)
+{
+	long r = syscall(nr, a1, a2, a3, a4, a5, a6);
+
+	return r < 0 ? -errno : r;
+}
+#endif
+
 static long conn_recv(struct glue_conn *c, int n)
 {
-	long r;
-
 	if (c->tls)
 		return glue_tls_readv(c->tls, c->rx_iov, n);
-	if (n == 1) {
-		r = syscall(SYS_recvfrom, c->fd, c->rx_iov[0].iov_base,
-			    c->rx_iov[0].iov_len, MSG_DONTWAIT, NULL, NULL);
-	} else {
-		c->rx_msg.msg_iov = c->rx_iov;
-		c->rx_msg.msg_iovlen = (size_t)n;
-		r = syscall(SYS_recvmsg, c->fd, &c->rx_msg, MSG_DONTWAIT);
-	}
-	return r < 0 ? -errno : r;
+	if (n == 1)
+		return sys_call6(SYS_recvfrom, c->fd,
+				 (long)c->rx_iov[0].iov_base,
+				 (long)c->rx_iov[0].iov_len, MSG_DONTWAIT, 0, 0);
+	c->rx_msg.msg_iov = c->rx_iov;
+	c->rx_msg.msg_iovlen = (size_t)n;
+	return sys_call6(SYS_recvmsg, c->fd, (long)&c->rx_msg, MSG_DONTWAIT, 0,
+			 0, 0);
 }
 
 /* As sendmsg(2) of c->tx_iov[0..n), through TLS (tx_lock held). */
