@@ -223,7 +223,8 @@ static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
 	pthread_mutex_init(&cq->prod_lock, NULL);
 	pthread_mutex_init(&cq->cons_lock, NULL);
 	pthread_mutex_init(&cq->conns_lock, NULL);
-	atomic_init(&cq->conns_busy, 0);
+	atomic_init(&cq->conns_busy, false);
+	atomic_init(&cq->conns_wanted, false);
 	if (ch) {
 		pthread_mutex_lock(&to_wch(ch)->lock);
 		ch->refcnt++;
@@ -314,55 +315,47 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
  * The list of streams, as a poller uses it. An empty poll took
  * conns_lock with a trylock and gave it back, a pair of calls that was
  * a tenth of its instructions in user space (issue 13). A poller never
- * waits for the list, it skips it when someone else has it, so a
- * compare-and-swap on a word does the same, inline: conns_try takes it
+ * waits for the list, it skips it when someone else has it, so a flag
+ * does the same, inline: conns_try takes conns_busy with one exchange
  * (acquire: what the last holder did to the list is seen) or says no,
- * conns_done gives it back (release). Those who change the list are
- * rare (a QP made or destroyed, a CQ armed): they serialise among
- * themselves on conns_lock, say that they want the list (CONNS_WANTED:
- * no poller takes it from then on, so a thread that polls without a
- * pause cannot keep them out) and wait, yielding the CPU, until the
- * poller that has it is done (conns_hold; they waited on conns_lock in
- * the poller's hands before). A poller holds it for one poll: its
- * receives and at most one bounded wait for room (WISP_POLL_WAIT_US).
+ * conns_done gives it back with a plain store (release). Those who
+ * change the list are rare (a QP made or destroyed, a CQ armed): they
+ * serialise among themselves on conns_lock, say that they want the list
+ * (conns_wanted: no poller takes it from then on, so a thread that
+ * polls without a pause cannot keep them out) and wait, yielding the
+ * CPU, until the poller that has it is done (conns_hold; they waited on
+ * conns_lock in the poller's hands before). A poller that read
+ * conns_wanted clear just before it was set may still take the list
+ * once; the changer then waits for that poll. A poller holds it for one
+ * poll: its receives and at most one bounded wait for room
+ * (WISP_POLL_WAIT_US).
  */
 static bool conns_try(struct wisp_cq *cq)
 {
-	int exp = 0;
-
-	return atomic_compare_exchange_strong_explicit(&cq->conns_busy, &exp,
-						       CONNS_HELD,
-						       memory_order_acquire,
-						       memory_order_relaxed);
+	return !atomic_load_explicit(&cq->conns_wanted, memory_order_relaxed) &&
+	       !atomic_exchange_explicit(&cq->conns_busy, true,
+					 memory_order_acquire);
 }
 
-/* A poller: done with the list (a waiting changer's CONNS_WANTED stays). */
 static void conns_done(struct wisp_cq *cq)
 {
-	atomic_fetch_and_explicit(&cq->conns_busy, ~CONNS_HELD,
-				  memory_order_release);
+	atomic_store_explicit(&cq->conns_busy, false, memory_order_release);
 }
 
 /* conns_lock held: wait until no poller uses the list, then hold it. */
 static void conns_hold(struct wisp_cq *cq)
 {
-	atomic_fetch_or_explicit(&cq->conns_busy, CONNS_WANTED,
-				 memory_order_relaxed);
-	for (;;) {
-		int exp = CONNS_WANTED;
-
-		if (atomic_compare_exchange_weak_explicit(
-			    &cq->conns_busy, &exp, CONNS_WANTED | CONNS_HELD,
-			    memory_order_acquire, memory_order_relaxed))
-			return;
+	atomic_store_explicit(&cq->conns_wanted, true, memory_order_relaxed);
+	while (atomic_exchange_explicit(&cq->conns_busy, true,
+					memory_order_acquire))
 		sched_yield();
-	}
 }
 
 /* conns_hold's holder, done: pollers may take the list again. */
 static void conns_unhold(struct wisp_cq *cq)
 {
-	atomic_store_explicit(&cq->conns_busy, 0, memory_order_release);
+	atomic_store_explicit(&cq->conns_busy, false, memory_order_release);
+	atomic_store_explicit(&cq->conns_wanted, false, memory_order_relaxed);
 }
 
 int wisp_cq_get(struct wisp_cq *cq)

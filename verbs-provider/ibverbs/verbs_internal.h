@@ -34,9 +34,6 @@ struct glue_conn;
 /* ---- verbs_cq.c -------------------------------------------------- */
 
 enum { CQ_DISARMED, CQ_ARMED_SOLICITED, CQ_ARMED_ANY };
-/* struct wisp_cq's conns_busy: a poller or a changer has the list; a
- * changer waits for it (verbs_cq.c, "The list of streams"). */
-enum { CONNS_HELD = 1, CONNS_WANTED = 2 };
 
 struct wisp_cq {
 	union {
@@ -59,11 +56,12 @@ struct wisp_cq {
 	/* The streams completing here, which a poller may receive on
 	 * itself. The array has room for one per user, so adding never
 	 * fails. conns_lock serialises those who change the list (and
-	 * wisp_req_notify_cq); conns_busy says who uses it: a poller
-	 * (taken inline, never waited for: with another at it, the poller
-	 * skips) or a holder of conns_lock (verbs_cq.c, conns_hold). */
+	 * wisp_req_notify_cq); conns_busy: someone uses it, a poller (taken
+	 * inline, never waited for: with another at it, the poller skips)
+	 * or a holder of conns_lock, who sets conns_wanted first so that
+	 * pollers leave it (verbs_cq.c, "The list of streams"). */
 	pthread_mutex_t conns_lock;
-	atomic_int conns_busy;
+	atomic_bool conns_busy, conns_wanted;
 	struct wisp_cq_stream *conns;
 	atomic_int nconns;
 	int conns_cap;
