@@ -264,6 +264,11 @@ int glue_poll_wait_parse(const char *s, unsigned *us);
  */
 bool glue_conns_wait_tx(struct glue_conn *const *c, const bool *rx, int n);
 
+/* glue_conns_wait_tx with the caller's glue_poll_clock_ms() reading of
+ * this poll (glue_conn_recv_at). */
+bool glue_conns_wait_tx_at(struct glue_conn *const *c, const bool *rx, int n,
+			   int64_t now_ms);
+
 /*
  * From a thread that polls for completions, found some, and calls
  * glue_conns_wait_tx on c whenever it finds none: it still does, so the
@@ -373,6 +378,13 @@ bool glue_conn_send_post(struct glue_conn *c);
  * up. Returns true if octets were processed.
  */
 bool glue_conn_recv_now(struct glue_conn *c);
+
+/* glue_conn_recv_now with now_ms, a glue_poll_clock_ms() reading the
+ * caller took on this thread for this poll: a poll that receives on
+ * several connections, and then waits for room
+ * (glue_conns_wait_tx_at), reads the clock once (issue 13: an empty
+ * poll's cost). */
+bool glue_conn_recv_at(struct glue_conn *c, int64_t now_ms);
 
 /*
  * From a thread that polls for completions and found some (so it did not

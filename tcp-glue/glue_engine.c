@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -673,10 +674,11 @@ void glue_answer_miss(struct glue_answer *a)
 /*
  * The polling thread's clock. The stamps a polling thread leaves
  * (app_rx_ms, app_tx_ms) tell the engine it polled within
- * GLUE_APP_POLL_MS; an empty poll leaves two (glue_conn_recv_now, then
- * glue_conns_wait_tx), and a fine clock read (CLOCK_MONOTONIC through
- * the vDSO: 36 ns on the test VM, against an empty poll's 410-460 ns)
- * was a sixth of it. So a thread reads the fine clock once and reuses
+ * GLUE_APP_POLL_MS; an empty poll leaves two (glue_conn_recv_at, then
+ * glue_conns_wait_tx_at, both with the one reading the poll took), and
+ * a fine clock read (CLOCK_MONOTONIC through the vDSO: 36 ns on the test
+ * VM, against an empty poll's 410-460 ns) was a sixth of it. So a
+ * thread reads the fine clock once and reuses
  * the reading for up to GLUE_STAMP_REUSE more stamps, as long as
  * CLOCK_MONOTONIC_COARSE (6 ns there: no TSC read) has not moved. A
  * thread that polls all the time then leaves stamps a few microseconds
@@ -1475,26 +1477,62 @@ void glue_rx_ready(struct glue_conn *c)
  * its CQ (glue_conn_release).
  */
 
-/* As recvmsg(2) into c->rx_iov[0..n). One iovec (a small message into
- * the stage, every empty poll): recv(2), which spares the kernel the
- * msghdr copy and the iovec import (issue 13: a small message's hop). */
-static ssize_t conn_recv(struct glue_conn *c, int n)
+/*
+ * As recvmsg(2) into c->rx_iov[0..n), but returning -errno on failure
+ * (errno itself is left alone). One iovec (a small message into the
+ * stage, every empty poll): recv(2), which spares the kernel the msghdr
+ * copy and the iovec import (issue 13: a small message's hop).
+ *
+ * Both as syscall(2) does them, not glibc's recv() and recvmsg(): those are
+ * cancellation points, and switch the thread's cancellation type on and
+ * off around the system call (about 50 instructions of an empty poll).
+ * A thread polling its CQ gets here from ibv_poll_cq, which is no
+ * cancellation point (rdma-core's providers make no system call
+ * there), holding rx_lock and the QP's core lock (rx_want .. rx_done):
+ * a deferred cancel acted on in here would leave both held for good.
+ * The call never blocks (MSG_DONTWAIT), so a pending cancel is acted on
+ * at the application's next cancellation point instead.
+ */
+#if defined(__x86_64__)
+/* syscall(2) made in place, as liburing makes its own: no call into
+ * glibc, no errno; the kernel's result as it is (-errno on failure). */
+static inline long sys_call6(long nr, long a1, long a2, long a3, long a4,
+			     long a5, long a6)
 {
-	long r;
+	register long r10 __asm__("r10") = a4;
+	register long r8 __asm__("r8") = a5;
+	register long r9 __asm__("r9") = a6;
+	long ret;
 
-	if (!c->tls) {
-		if (n == 1)
-			return recv(c->fd, c->rx_iov[0].iov_base,
-				    c->rx_iov[0].iov_len, MSG_DONTWAIT);
-		c->rx_msg.msg_iov = c->rx_iov;
-		c->rx_msg.msg_iovlen = (size_t)n;
-		return recvmsg(c->fd, &c->rx_msg, MSG_DONTWAIT);
-	}
-	r = glue_tls_readv(c->tls, c->rx_iov, n);
-	if (r >= 0)
-		return r;
-	errno = (int)-r;
-	return -1;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10),
+			   "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+#else
+static inline long sys_call6(long nr, long a1, long a2, long a3, long a4,
+			     long a5, long a6)
+{
+	long r = syscall(nr, a1, a2, a3, a4, a5, a6);
+
+	return r < 0 ? -errno : r;
+}
+#endif
+
+static long conn_recv(struct glue_conn *c, int n)
+{
+	if (c->tls)
+		return glue_tls_readv(c->tls, c->rx_iov, n);
+	if (n == 1)
+		return sys_call6(SYS_recvfrom, c->fd,
+				 (long)c->rx_iov[0].iov_base,
+				 (long)c->rx_iov[0].iov_len, MSG_DONTWAIT, 0, 0);
+	c->rx_msg.msg_iov = c->rx_iov;
+	c->rx_msg.msg_iovlen = (size_t)n;
+	return sys_call6(SYS_recvmsg, c->fd, (long)&c->rx_msg, MSG_DONTWAIT, 0,
+			 0, 0);
 }
 
 /* As sendmsg(2) of c->tx_iov[0..n), through TLS (tx_lock held). */
@@ -1535,13 +1573,12 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 	for (int i = 0; i < max; i++) {
 		int n = c->ops->rx_want(c->arg, c->rx_iov, GLUE_RX_IOV);
 		size_t asked = 0;
-		ssize_t r;
-		int err, done;
+		long r;
+		int done;
 
 		for (int j = 0; j < n; j++)
 			asked += c->rx_iov[j].iov_len;
 		r = conn_recv(c, n);
-		err = errno;
 		if (r > 0) {
 			TSAN_RECEIVED(c);
 			conn_mark_active(c);
@@ -1553,7 +1590,7 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 		 * to meet the peer's may then read the memory). The engine
 		 * drains for itself, a polling thread for its CQ: who is
 		 * at it is known without a look at the thread's TLS. */
-		glue_stat_rx(c, r, err, !poller);
+		glue_stat_rx(c, r, !poller);
 		if (r > 0) {
 			c->rx_partial = done & GLUE_RX_PARTIAL;
 			/* The time only for an answer that completed
@@ -1562,9 +1599,6 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 				glue_answer_rx(&c->ans,
 					       done & GLUE_RX_COMPLETED ? 0 :
 					       now_ns(), done);
-		}
-		errno = err;
-		if (r > 0) {
 			*got = true;
 			if (done & GLUE_RX_CLOSE)
 				atomic_store(&c->close_req, true);
@@ -1590,31 +1624,42 @@ static int rx_drain(struct glue_conn *c, int max, bool *got, bool poller)
 				return 1;
 			continue;
 		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && errno == EAGAIN)
+		if (r == -EAGAIN)
 			return 1;
+		if (r == -EINTR)
+			continue;
 		/* 0: the peer closed its side; nothing more will come. */
-		atomic_store(&c->rx_end, r == 0 ? -1 : errno);
+		atomic_store(&c->rx_end, r == 0 ? -1 : (int)-r);
 		return -1;
 	}
 	return 0;
 }
 
+/* Leave a polling thread's stamp (app_rx_ms, app_tx_ms): a store only
+ * when it changes something, as a thread that polls all the time stamps
+ * the same millisecond many times and the engine reads these lines. */
+static void stamp_poll(_Atomic int64_t *at, int64_t now)
+{
+	if (atomic_load_explicit(at, memory_order_relaxed) != now)
+		atomic_store_explicit(at, now, memory_order_relaxed);
+}
+
 bool glue_conn_recv_now(struct glue_conn *c)
 {
+	return glue_conn_recv_at(c, glue_poll_clock_ms());
+}
+
+bool glue_conn_recv_at(struct glue_conn *c, int64_t now_ms)
+{
 	bool got = false;
-	int64_t stamp;
 	int r;
 
 	cork_push(c);
 	if (conn_stopped(c))
 		return false;
-	stamp = glue_poll_clock_ms();
-	atomic_store_explicit(&c->app_rx_ms, stamp, memory_order_relaxed);
+	stamp_poll(&c->app_rx_ms, now_ms);
 	if (c->tls_on)
-		atomic_store_explicit(&c->app_tx_ms, stamp,
-				      memory_order_relaxed);
+		stamp_poll(&c->app_tx_ms, now_ms);
 	if (pthread_mutex_trylock(&c->rx_lock))
 		return false;
 	if (conn_stopped(c)) {
@@ -1940,26 +1985,21 @@ bool glue_conn_send_post(struct glue_conn *c)
  */
 bool glue_conns_wait_tx(struct glue_conn *const *cs, const bool *rx, int n)
 {
+	return glue_conns_wait_tx_at(cs, rx, n, glue_poll_clock_ms());
+}
+
+/* glue_conns_wait_tx_at once something waits to be sent on one of cs:
+ * send it, or wait for room. Apart, so that the common case, nothing
+ * waiting, sets up none of its frame (issue 13: an empty poll's cost). */
+static __attribute__((noinline)) bool
+conns_tx_waiting(struct glue_conn *const *cs, const bool *rx, int n,
+		 int64_t wait_ns)
+{
 	struct pollfd pfd[GLUE_WAIT_MAX];
 	struct timespec ts;
-	int64_t now, wait_ns;
 	int held = 0, r;
 	bool moved = false;
 
-	if (n <= 0 || n > GLUE_WAIT_MAX)
-		return false;
-	wait_ns = cs[0]->e->poll_wait_ns;
-	if (!wait_ns)
-		return false;
-	for (int i = 0; i < n; i++)
-		if (cs[i]->tls_on)
-			return false;
-	/* From now on this thread sends for them while their sockets are
-	 * full (app_sends). */
-	now = glue_poll_clock_ms();
-	for (int i = 0; i < n; i++)
-		atomic_store_explicit(&cs[i]->app_tx_ms, now,
-				      memory_order_relaxed);
 	/* What waits on a socket with room goes now, without a wait. */
 	for (int i = 0; i < n; i++)
 		if (atomic_load(&cs[i]->tx_more) &&
@@ -2011,6 +2051,33 @@ bool glue_conns_wait_tx(struct glue_conn *const *cs, const bool *rx, int n)
 			moved |= glue_conn_recv_now(cs[i]);
 	}
 	return moved;
+}
+
+bool glue_conns_wait_tx_at(struct glue_conn *const *cs, const bool *rx,
+			   int n, int64_t now_ms)
+{
+	int64_t wait_ns;
+	bool more = false;
+
+	if (n <= 0 || n > GLUE_WAIT_MAX)
+		return false;
+	wait_ns = cs[0]->e->poll_wait_ns;
+	if (!wait_ns)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (cs[i]->tls_on)
+			return false;
+	/* From now on this thread sends for them while their sockets are
+	 * full (app_sends). */
+	for (int i = 0; i < n; i++) {
+		stamp_poll(&cs[i]->app_tx_ms, now_ms);
+		more |= atomic_load(&cs[i]->tx_more);
+	}
+	/* Nothing waits to be sent (a ping-pong's every poll): neither a
+	 * send nor a wait. */
+	if (!more)
+		return false;
+	return conns_tx_waiting(cs, rx, n, wait_ns);
 }
 
 static void pump_rx(struct glue_engine *e, struct glue_conn *c)

@@ -191,8 +191,9 @@ void glue_stat_tx_result(struct glue_conn *c, long res);
 void glue_stat_tx_direct(struct glue_conn *c, int niov, long n, int err);
 /* The epoll backend found the socket full and waits for room. */
 void glue_stat_tx_eagain(struct glue_conn *c);
-/* A recvmsg returned r (errno err); engine: on the engine thread. */
-void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine);
+/* A recvmsg returned r (octets, 0 at the end, or -errno); engine: on
+ * the engine thread. */
+void glue_stat_rx(struct glue_conn *c, long r, bool engine);
 /* The busy-polling engine found c readable. */
 void glue_stat_busy_hit(struct glue_conn *c);
 /* A posting thread waited for its post's answer; hit: it received all

@@ -141,12 +141,12 @@ void glue_stat_tx_eagain(struct glue_conn *c)
 				  memory_order_relaxed);
 }
 
-void glue_stat_rx(struct glue_conn *c, long r, int err, bool engine)
+void glue_stat_rx(struct glue_conn *c, long r, bool engine)
 {
 	struct glue_conn_stats *st = stats(c);
 
 	if (r <= 0) {
-		if (r < 0 && err == EAGAIN)
+		if (r == -EAGAIN)
 			ADD(st->rx_empty, 1);
 		return;
 	}

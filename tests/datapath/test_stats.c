@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "ibverbs/verbs_internal.h"
 #include "wisp_stats_shm.h"
 
 static const struct dp_opts defaults = { 0 };
@@ -273,6 +274,67 @@ Test(stats, empty_send_cq_leaves_the_socket_to_the_engine, .timeout = 60)
 	cr_assert_geq(after_rcq - after_scq, EMPTY_POLLS * 9 / 10,
 		      "%llu empty receives while polling the receive CQ",
 		      (unsigned long long)(after_rcq - after_scq));
+	dp_teardown(&p, &defaults);
+	stats_dir_rm();
+}
+
+/*
+ * An empty poll takes the CQ's list of streams with one exchange on a
+ * flag (verbs_cq.c, "The list of streams"): it receives on the streams
+ * only when no one else has the list, skips them while another poller
+ * has it (conns_busy) or while a thread that changes the list waits for
+ * it (conns_wanted, so that a thread polling without a pause cannot
+ * keep a QP's creation or destruction out), and receives again once the
+ * list is free. Counted as above, in sock_rx_empty.
+ */
+static uint64_t rcq_empty_polls(struct dp_pair *p,
+				const struct wisp_stats_counts *ca)
+{
+	uint64_t before = V(ca, sock.rx_empty);
+	struct ibv_wc wc;
+
+	for (int i = 0; i < EMPTY_POLLS; i++)
+		cr_assert_eq(ibv_poll_cq(p->a.rcq, 1, &wc), 0);
+	return V(ca, sock.rx_empty) - before;
+}
+
+Test(stats, empty_poll_skips_a_list_someone_has, .timeout = 60)
+{
+	const struct wisp_stats_counts *ca;
+	struct wisp_cq *cq;
+	struct dp_pair p;
+	uint64_t n;
+
+	stats_dir();
+	dp_setup(&p, &defaults);
+	ca = qp_counts(own_file(), p.a.qp);
+	cq = to_wcq(p.a.rcq);
+	cr_assert_not(atomic_load(&cq->conns_busy));
+	cr_assert_not(atomic_load(&cq->conns_wanted));
+	n = rcq_empty_polls(&p, ca);
+	cr_assert_geq(n, EMPTY_POLLS * 9 / 10, "%llu receives, list free",
+		      (unsigned long long)n);
+	/* Another poller has it. */
+	atomic_store(&cq->conns_busy, true);
+	n = rcq_empty_polls(&p, ca);
+	cr_assert_eq(n, 0, "%llu receives with the list taken",
+		     (unsigned long long)n);
+	cr_assert(atomic_load(&cq->conns_busy), "a poller freed the list");
+	atomic_store(&cq->conns_busy, false);
+	/* A changer wants it (and waits for the poller it may meet). */
+	atomic_store(&cq->conns_wanted, true);
+	n = rcq_empty_polls(&p, ca);
+	cr_assert_eq(n, 0, "%llu receives with the list wanted",
+		     (unsigned long long)n);
+	cr_assert_not(atomic_load(&cq->conns_busy),
+		      "a poller took a wanted list");
+	atomic_store(&cq->conns_wanted, false);
+	n = rcq_empty_polls(&p, ca);
+	cr_assert_geq(n, EMPTY_POLLS * 9 / 10, "%llu receives, free again",
+		      (unsigned long long)n);
+	/* A poller gives the list back: a QP's teardown (which takes it
+	 * to take its stream off) does not wait for ever. */
+	cr_assert_not(atomic_load(&cq->conns_busy));
 	dp_teardown(&p, &defaults);
 	stats_dir_rm();
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_glue.c - the engine's closing against threads that receive
- * directly, and the statistics' count of those receives.
+ * directly, the statistics' count of those receives, and what such a
+ * receive is (no cancellation point; the caller's clock reading).
  *
  * glue_conn_recv_now() checks the connection's state under rx_lock and
  * then calls rx_want and recvmsg on the socket, in a loop. The engine,
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "glue.h"
+#include "glue_internal.h"
 #include "glue_pair.h"
 #include "glue_stats.h"
 
@@ -474,4 +476,145 @@ Test(glue, poll_clock_reuses_a_reading_a_bounded_number_of_times)
 		cr_assert_leq(s, after, "round %d: %lld, after %lld", round,
 			      (long long)s, (long long)after);
 	}
+}
+
+/*
+ * A poller's receive is no cancellation point: ibv_poll_cq is none, and
+ * the receive runs holding rx_lock and the owner's lock (rx_want ..
+ * rx_done), which a cancel acted on inside it would leave held. A
+ * thread with a cancel pending (deferred, the default) polls an empty
+ * socket: each poll reaches the receive (counted in rx_empty) and
+ * returns; the cancel is acted on at the thread's next cancellation
+ * point. Then the connection still receives.
+ */
+#define CANCEL_POLLS 20
+
+struct cancel_poller {
+	struct glue_conn *c;
+	atomic_int returned;
+};
+
+static void *cancel_poller_main(void *arg)
+{
+	struct cancel_poller *p = arg;
+
+	pthread_cancel(pthread_self());
+	for (int i = 0; i < CANCEL_POLLS; i++) {
+		glue_conn_recv_now(p->c);
+		atomic_fetch_add(&p->returned, 1);
+	}
+	pthread_testcancel();
+	return NULL;
+}
+
+static void poll_is_no_cancellation_point(enum glue_kind kind)
+{
+	struct cancel_poller p;
+	struct who w = { 0 };
+	const struct glue_conn_stats *st;
+	uint64_t empty;
+	pthread_t th;
+	void *res;
+	int sv[2];
+
+	atomic_init(&p.returned, 0);
+	atomic_init(&w.engine_recvs, 0);
+	atomic_init(&w.poller_recvs, 0);
+	atomic_init(&w.octets, 0);
+	atomic_init(&w.ended, false);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	w.e = engine_or_skip(kind);
+	p.c = glue_conn_add(w.e, sv[0], &who_ops, &w);
+	cr_assert_not_null(p.c);
+	st = glue_conn_stats(p.c);
+	empty = atomic_load(&st->rx_empty);
+
+	cr_assert_eq(pthread_create(&th, NULL, cancel_poller_main, &p), 0);
+	cr_assert_eq(pthread_join(th, &res), 0);
+	cr_assert_eq(res, PTHREAD_CANCELED);
+	cr_assert_eq(atomic_load(&p.returned), CANCEL_POLLS,
+		     "the poller was cancelled inside its poll %d",
+		     atomic_load(&p.returned) + 1);
+	/* Its polls did receive (the engine may have held the socket for
+	 * a few of them). */
+	cr_assert_gt(atomic_load(&st->rx_empty), empty,
+		     "no poll reached the socket");
+
+	/* Nothing was left held: a poll on this thread receives. */
+	cr_assert_eq(send(sv[1], "x", 1, 0), 1);
+	for (int64_t end = ms_now() + 5000;
+	     ms_now() < end && atomic_load(&w.octets) < 1;)
+		if (!glue_conn_recv_now(p.c))
+			usleep(100);
+	cr_assert_eq(atomic_load(&w.octets), 1);
+
+	close(sv[1]);
+	cr_assert(wait_flag(&w.ended, 10000), "the connection did not end");
+	glue_conn_free(p.c);
+	glue_engine_destroy(w.e);
+}
+
+Test(glue, poll_is_no_cancellation_point_uring, .timeout = 60)
+{
+	poll_is_no_cancellation_point(GLUE_URING);
+}
+
+Test(glue, poll_is_no_cancellation_point_epoll, .timeout = 60)
+{
+	poll_is_no_cancellation_point(GLUE_EPOLL);
+}
+
+/*
+ * A poll reads the clock once and passes the reading down
+ * (glue_conn_recv_at, glue_conns_wait_tx_at): the stamps it leaves for
+ * the engine are that reading, not another. Checked in the connection
+ * itself, as the engine reads them; a reading in the past (a poll that
+ * took long) stays the stamp.
+ */
+static void poll_stamps_the_callers_reading(enum glue_kind kind)
+{
+	struct who w = { 0 };
+	struct glue_conn *c;
+	int64_t t0;
+	bool rx = true;
+	int sv[2];
+
+	atomic_init(&w.engine_recvs, 0);
+	atomic_init(&w.poller_recvs, 0);
+	atomic_init(&w.octets, 0);
+	atomic_init(&w.ended, false);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	w.e = engine_or_skip(kind);
+	c = glue_conn_add(w.e, sv[0], &who_ops, &w);
+	cr_assert_not_null(c);
+	t0 = glue_poll_clock_ms() - 1000;
+
+	for (int i = 0; i < 3; i++) {
+		cr_assert_not(glue_conn_recv_at(c, t0 + i));
+		cr_assert_eq(atomic_load(&c->app_rx_ms), t0 + i);
+		/* Nothing waits to be sent: no send, no wait; the stamp
+		 * still says this thread polls (WISP_POLL_WAIT_US on). */
+		cr_assert_not(glue_conns_wait_tx_at(&c, &rx, 1, t0 + i));
+		cr_assert_eq(atomic_load(&c->app_tx_ms), t0 + i);
+	}
+
+	close(sv[1]);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !atomic_load(&w.ended);) {
+		glue_conn_recv_now(c);
+		usleep(1000);
+	}
+	cr_assert(atomic_load(&w.ended), "the connection did not end");
+	glue_conn_free(c);
+	glue_engine_destroy(w.e);
+}
+
+Test(glue, poll_stamps_the_callers_reading_uring, .timeout = 60)
+{
+	poll_stamps_the_callers_reading(GLUE_URING);
+}
+
+Test(glue, poll_stamps_the_callers_reading_epoll, .timeout = 60)
+{
+	poll_stamps_the_callers_reading(GLUE_EPOLL);
 }

@@ -14,6 +14,7 @@
  * them, so nothing here calls into verbs_qp.c.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -220,6 +221,8 @@ static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
 	pthread_mutex_init(&cq->prod_lock, NULL);
 	pthread_mutex_init(&cq->cons_lock, NULL);
 	pthread_mutex_init(&cq->conns_lock, NULL);
+	atomic_init(&cq->conns_busy, false);
+	atomic_init(&cq->conns_wanted, false);
 	if (ch) {
 		pthread_mutex_lock(&to_wch(ch)->lock);
 		ch->refcnt++;
@@ -306,11 +309,59 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
+/*
+ * The list of streams, as a poller uses it. An empty poll took
+ * conns_lock with a trylock and gave it back, a pair of calls that was
+ * a tenth of its instructions in user space (issue 13). A poller never
+ * waits for the list, it skips it when someone else has it, so a flag
+ * does the same, inline: conns_try takes conns_busy with one exchange
+ * (acquire: what the last holder did to the list is seen) or says no,
+ * conns_done gives it back with a plain store (release). Those who
+ * change the list are rare (a QP made or destroyed, a CQ armed): they
+ * serialise among themselves on conns_lock, say that they want the list
+ * (conns_wanted: no poller takes it from then on, so a thread that
+ * polls without a pause cannot keep them out) and wait, yielding the
+ * CPU, until the poller that has it is done (conns_hold; they waited on
+ * conns_lock in the poller's hands before). A poller that read
+ * conns_wanted clear just before it was set may still take the list
+ * once; the changer then waits for that poll. A poller holds it for one
+ * poll: its receives and at most one bounded wait for room
+ * (WISP_POLL_WAIT_US).
+ */
+static bool conns_try(struct wisp_cq *cq)
+{
+	return !atomic_load_explicit(&cq->conns_wanted, memory_order_relaxed) &&
+	       !atomic_exchange_explicit(&cq->conns_busy, true,
+					 memory_order_acquire);
+}
+
+static void conns_done(struct wisp_cq *cq)
+{
+	atomic_store_explicit(&cq->conns_busy, false, memory_order_release);
+}
+
+/* conns_lock held: wait until no poller uses the list, then hold it. */
+static void conns_hold(struct wisp_cq *cq)
+{
+	atomic_store_explicit(&cq->conns_wanted, true, memory_order_relaxed);
+	while (atomic_exchange_explicit(&cq->conns_busy, true,
+					memory_order_acquire))
+		sched_yield();
+}
+
+/* conns_hold's holder, done: pollers may take the list again. */
+static void conns_unhold(struct wisp_cq *cq)
+{
+	atomic_store_explicit(&cq->conns_busy, false, memory_order_release);
+	atomic_store_explicit(&cq->conns_wanted, false, memory_order_relaxed);
+}
+
 int wisp_cq_get(struct wisp_cq *cq)
 {
 	int ret = 0;
 
 	pthread_mutex_lock(&cq->conns_lock);
+	conns_hold(cq);
 	if (atomic_load(&cq->users) == cq->conns_cap) {
 		int cap = cq->conns_cap ? 2 * cq->conns_cap : 4;
 		struct wisp_cq_stream *n = realloc(cq->conns,
@@ -325,6 +376,7 @@ int wisp_cq_get(struct wisp_cq *cq)
 	}
 	atomic_fetch_add(&cq->users, 1);
 out:
+	conns_unhold(cq);
 	pthread_mutex_unlock(&cq->conns_lock);
 	return ret;
 }
@@ -340,10 +392,12 @@ void wisp_cq_add_conn(struct wisp_cq *cq, struct glue_conn *c,
 	int n;
 
 	pthread_mutex_lock(&cq->conns_lock);
+	conns_hold(cq);
 	n = atomic_load(&cq->nconns);
 	cq->conns[n].conn = c;
 	cq->conns[n].sends = sends;
 	atomic_store(&cq->nconns, n + 1);
+	conns_unhold(cq);
 	pthread_mutex_unlock(&cq->conns_lock);
 }
 
@@ -351,9 +405,10 @@ void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c)
 {
 	int n;
 
-	/* A poller receives on the list under conns_lock: once we hold
+	/* A poller receives on the list holding conns_busy: once we hold
 	 * it, none is using c. */
 	pthread_mutex_lock(&cq->conns_lock);
+	conns_hold(cq);
 	n = atomic_load(&cq->nconns);
 	for (int i = 0; i < n; i++) {
 		if (cq->conns[i].conn == c) {
@@ -362,6 +417,7 @@ void wisp_cq_del_conn(struct wisp_cq *cq, const struct glue_conn *c)
 			break;
 		}
 	}
+	conns_unhold(cq);
 	pthread_mutex_unlock(&cq->conns_lock);
 }
 
@@ -396,8 +452,7 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		/* Still a polling thread for these streams, though it does
 		 * not receive this time (TLS: it keeps sending for them). */
 		if (atomic_load(&cq->nconns) &&
-		    atomic_load(&cq->armed) == CQ_DISARMED &&
-		    !pthread_mutex_trylock(&cq->conns_lock)) {
+		    atomic_load(&cq->armed) == CQ_DISARMED && conns_try(cq)) {
 			int n = atomic_load(&cq->nconns);
 
 			for (int i = 0; i < n; i++) {
@@ -407,7 +462,7 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 				if (n <= GLUE_WAIT_MAX)
 					glue_conn_tx_polled(cq->conns[i].conn);
 			}
-			pthread_mutex_unlock(&cq->conns_lock);
+			conns_done(cq);
 		}
 		return cq_take(cq, num_entries, wc);
 	}
@@ -418,24 +473,31 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	 * is about to sleep on the channel and the engine must keep going.
 	 * Another poller at it: skip. */
 	if (atomic_load(&cq->nconns) &&
-	    atomic_load(&cq->armed) == CQ_DISARMED &&
-	    !pthread_mutex_trylock(&cq->conns_lock)) {
+	    atomic_load(&cq->armed) == CQ_DISARMED && conns_try(cq)) {
 		struct glue_conn *wc_conn[GLUE_WAIT_MAX];
 		bool wc_rx[GLUE_WAIT_MAX];
 		int n = atomic_load(&cq->nconns);
 		/* What completes here meanwhile goes straight to wc (A
-		 * poller's own completions, above). */
+		 * poller's own completions, above). The thread-local's
+		 * address is looked up once, for its set and its clear: in
+		 * a shared library each lookup is a __tls_get_addr call,
+		 * which the compiler would repeat rather than keep the
+		 * address across the calls between (volatile: kept). */
 		struct cq_hand hand = {
 			.cq = cq, .wc = wc, .cap = num_entries,
 		};
+		struct cq_hand **volatile mine = &cq_hand;
+		/* One clock reading for the whole poll: its stamps on every
+		 * stream and the wait for room (glue_conn_recv_at). */
+		int64_t now = glue_poll_clock_ms();
 
-		cq_hand = &hand;
+		*mine = &hand;
 		for (int i = 0; i < n; i++) {
 			const struct wisp_cq_stream *s = &cq->conns[i];
 			bool rx = !s->sends || rdmap_qp_reads_out(s->sends);
 
 			if (rx)
-				glue_conn_recv_now(s->conn);
+				glue_conn_recv_at(s->conn, now);
 			else
 				glue_conn_send_poll(s->conn);
 			if (i < GLUE_WAIT_MAX) {
@@ -449,9 +511,9 @@ int wisp_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		 * (glue_engine.c "Waiting for room"; it returns at once
 		 * unless every stream's sends are blocked so). */
 		if (n <= GLUE_WAIT_MAX && !hand.n && cq_empty(cq))
-			glue_conns_wait_tx(wc_conn, wc_rx, n);
-		cq_hand = NULL;
-		pthread_mutex_unlock(&cq->conns_lock);
+			glue_conns_wait_tx_at(wc_conn, wc_rx, n, now);
+		*mine = NULL;
+		conns_done(cq);
 		/* Anything in the ring came after what was handed. */
 		if (hand.n)
 			return hand.n + (hand.n < num_entries && !cq_empty(cq) ?
@@ -471,8 +533,10 @@ int wisp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	 * hand them back to the engine. */
 	if (atomic_load(&cq->nconns)) {
 		pthread_mutex_lock(&cq->conns_lock);
+		conns_hold(cq);
 		for (int i = 0; i < atomic_load(&cq->nconns); i++)
 			glue_conn_release(cq->conns[i].conn);
+		conns_unhold(cq);
 		pthread_mutex_unlock(&cq->conns_lock);
 	}
 	/* Arming "any" over "solicited" widens it; never narrow it. */

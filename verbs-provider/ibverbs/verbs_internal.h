@@ -55,8 +55,13 @@ struct wisp_cq {
 	struct ibv_wc cur;        /* the extended CQ's current entry */
 	/* The streams completing here, which a poller may receive on
 	 * itself. The array has room for one per user, so adding never
-	 * fails. */
+	 * fails. conns_lock serialises those who change the list (and
+	 * wisp_req_notify_cq); conns_busy: someone uses it, a poller (taken
+	 * inline, never waited for: with another at it, the poller skips)
+	 * or a holder of conns_lock, who sets conns_wanted first so that
+	 * pollers leave it (verbs_cq.c, "The list of streams"). */
 	pthread_mutex_t conns_lock;
+	atomic_bool conns_busy, conns_wanted;
 	struct wisp_cq_stream *conns;
 	atomic_int nconns;
 	int conns_cap;

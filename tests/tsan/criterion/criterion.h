@@ -108,8 +108,13 @@ void crt_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2),
 	CRT_CHECK(true, (p) == NULL, #p " == NULL", __VA_ARGS__)
 #define cr_assert_not_null(p, ...)                                        \
 	CRT_CHECK(true, (p) != NULL, #p " != NULL", __VA_ARGS__)
+#define cr_assert_not(cond, ...)                                          \
+	CRT_CHECK(true, !(cond), "!(" #cond ")", __VA_ARGS__)
 #define cr_assert_str_eq(a, b, ...)                                       \
 	CRT_CHECK(true, strcmp((a), (b)) == 0, #a " equals " #b, __VA_ARGS__)
+#define cr_assert_arr_eq(a, b, n, ...)                                    \
+	CRT_CHECK(true, memcmp((a), (b), (n)) == 0, #a " equals " #b,      \
+		  __VA_ARGS__)
 #define cr_expect_eq(a, b, ...)                                           \
 	CRT_CHECK(false, (a) == (b), #a " == " #b, __VA_ARGS__)
 
