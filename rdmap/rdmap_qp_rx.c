@@ -854,11 +854,54 @@ static inline bool rx_sge_fits(const struct rdmap_mr *mr, const void *pd,
 	       sg->addr + sg->length >= sg->addr;
 }
 
+/* The one-pass paths' checks of a whole Send's header d (DDP L set,
+ * checked by the caller): RDMAP version 1, Send or Send with Solicited
+ * Event, QN 0, MO 0 and the expected MSN (RFC 5041 7.1), and a receive
+ * posted on the QP's RQ. Returns that receive (its ring index in *head),
+ * or NULL: the general path then names the fault. */
+static const struct rdmap_recv_wr *rx_send_expected(struct rdmap_qp *qp,
+						    const struct ddp_hdr *d,
+						    uint32_t *head)
+{
+	uint8_t op = d->ulp_ctrl & RDMAP_CTRL_OP_MASK;
+
+	if ((d->ulp_ctrl & RDMAP_CTRL_RV_MASK) !=
+		    RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT ||
+	    (op != RDMAP_OP_SEND && op != RDMAP_OP_SEND_SE) ||
+	    d->u.qn != RDMAP_QN_SEND || d->u.mo != 0 ||
+	    d->u.msn != qp->rx_msn[RDMAP_QN_SEND])
+		return NULL;
+	*head = atomic_load_explicit(&qp->rq.head, memory_order_relaxed);
+	if (*head == atomic_load_explicit(&qp->rq.tail, memory_order_acquire))
+		return NULL;
+	return rdmap_ring_slot(&qp->rq, *head);
+}
+
+/* rx_fpdu_end's bookkeeping for a small FPDU of opcode op, plen payload
+ * octets, that ends its message (rx_send_small, rx_write_small). */
+static inline void rx_small_end(struct rdmap_qp *qp, uint8_t op,
+				uint32_t plen)
+{
+	struct rdmap_qp_stats *st = qp->st;
+
+	qp->last_big = qp->prev_big;
+	qp->prev_big = false;
+	qp->rx_short = false;
+	if (!qp->rx_any) {
+		qp->rx_any = true;
+		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
+	}
+	rx_nt_fence(qp);
+	qp->rx_msg_off = 0;
+	RDMAP_STAT_ADD(st->rx_fpdus, 1);
+	RDMAP_STAT_ADD(st->rx_octets[op & (RDMAP_STATS_OPS - 1)], plen);
+	RDMAP_STAT_ADD(st->rx_msgs[op & (RDMAP_STATS_OPS - 1)], 1);
+}
+
 static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
 			  uint32_t ulen)
 {
 	const struct rdmap_recv_wr *r;
-	struct rdmap_qp_stats *st = qp->st;
 	struct rdmap_mr *mr;
 	struct ddp_hdr d;
 	uint32_t plen = ulen - DDP_UNTAGGED_HDR_LEN, head;
@@ -870,17 +913,8 @@ static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
 	    !ddp_untagged_last_peek(u, &d))
 		return false;
 	op = d.ulp_ctrl & RDMAP_CTRL_OP_MASK;
-	if ((d.ulp_ctrl & RDMAP_CTRL_RV_MASK) !=
-		    RDMAP_VERSION << RDMAP_CTRL_RV_SHIFT ||
-	    (op != RDMAP_OP_SEND && op != RDMAP_OP_SEND_SE) ||
-	    d.u.qn != RDMAP_QN_SEND || d.u.mo != 0 ||
-	    d.u.msn != qp->rx_msn[RDMAP_QN_SEND])
-		return false;
-	head = atomic_load_explicit(&qp->rq.head, memory_order_relaxed);
-	if (head == atomic_load_explicit(&qp->rq.tail, memory_order_acquire))
-		return false;
-	r = rdmap_ring_slot(&qp->rq, head);
-	if (r->num_sge != 1 || r->sge[0].length == 0 ||
+	r = rx_send_expected(qp, &d, &head);
+	if (!r || r->num_sge != 1 || r->sge[0].length == 0 ||
 	    plen > r->sge[0].length)
 		return false;
 	mr = rdmap_stag_get(qp->cfg.stags, r->sge[0].lkey);
@@ -896,21 +930,8 @@ static bool rx_send_small(struct rdmap_qp *qp, const uint8_t *u,
 	atomic_store_explicit(&qp->rq.head, head + 1, memory_order_release);
 	memcpy(dst, u + DDP_UNTAGGED_HDR_LEN, plen);
 	rdmap_mr_put(mr);
-	/* rx_fpdu_end's bookkeeping for a small FPDU that ends its
-	 * message. */
-	qp->last_big = qp->prev_big;
-	qp->prev_big = false;
-	qp->rx_short = false;
-	if (!qp->rx_any) {
-		qp->rx_any = true;
-		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
-	}
 	qp->rx_open = false;
-	rx_nt_fence(qp);
-	qp->rx_msg_off = 0;
-	RDMAP_STAT_ADD(st->rx_fpdus, 1);
-	RDMAP_STAT_ADD(st->rx_octets[op & (RDMAP_STATS_OPS - 1)], plen);
-	RDMAP_STAT_ADD(st->rx_msgs[op & (RDMAP_STATS_OPS - 1)], 1);
+	rx_small_end(qp, op, plen);
 	/* end_send's. */
 	qp->rx_msn[RDMAP_QN_SEND]++;
 	qp->cfg.ops->complete(qp->cfg.ops_arg, &(struct rdmap_cqe){
@@ -958,17 +979,10 @@ static bool rx_send_whole(struct rdmap_qp *qp, const uint8_t *u,
 	if (ddp_hdr_parse(u, ulen, &d, &de) != DDP_UNTAGGED_HDR_LEN)
 		return false;
 	op = d.ulp_ctrl & RDMAP_CTRL_OP_MASK;
-	if ((d.ulp_ctrl & RDMAP_CTRL_RV_MASK) >> RDMAP_CTRL_RV_SHIFT !=
-		    RDMAP_VERSION ||
-	    (op != RDMAP_OP_SEND && op != RDMAP_OP_SEND_SE) || !d.last ||
-	    d.u.qn != RDMAP_QN_SEND || d.u.mo != 0 ||
-	    d.u.msn != qp->rx_msn[RDMAP_QN_SEND])
+	if (!d.last)
 		return false;
-	head = atomic_load_explicit(&qp->rq.head, memory_order_relaxed);
-	if (head == atomic_load_explicit(&qp->rq.tail, memory_order_acquire))
-		return false;
-	r = rdmap_ring_slot(&qp->rq, head);
-	if (plen > r->length)
+	r = rx_send_expected(qp, &d, &head);
+	if (!r || plen > r->length)
 		return false;
 	/* What rx_st_hdr and rdmap_hdr_parse leave: the header a
 	 * Terminate quotes, and its fields. */
@@ -1012,7 +1026,6 @@ static bool rx_send_whole(struct rdmap_qp *qp, const uint8_t *u,
 static bool rx_write_small(struct rdmap_qp *qp, const uint8_t *u,
 			   uint32_t ulen)
 {
-	struct rdmap_qp_stats *st = qp->st;
 	struct rdmap_mr *mr;
 	struct ddp_hdr d;
 	uint32_t plen = ulen - DDP_TAGGED_HDR_LEN;
@@ -1039,20 +1052,8 @@ static bool rx_write_small(struct rdmap_qp *qp, const uint8_t *u,
 		return false;
 	}
 	memcpy(rdmap_mr_ptr(mr, d.t.to), u + DDP_TAGGED_HDR_LEN, plen);
-	/* rx_fpdu_end's bookkeeping for a small FPDU that ends its
-	 * message, then end_write's. */
-	qp->last_big = qp->prev_big;
-	qp->prev_big = false;
-	qp->rx_short = false;
-	if (!qp->rx_any) {
-		qp->rx_any = true;
-		qp->tx_hold = false;   /* the RTR arrived (RFC 6581 3) */
-	}
-	rx_nt_fence(qp);
-	qp->rx_msg_off = 0;
-	RDMAP_STAT_ADD(st->rx_fpdus, 1);
-	RDMAP_STAT_ADD(st->rx_octets[RDMAP_OP_WRITE], plen);
-	RDMAP_STAT_ADD(st->rx_msgs[RDMAP_OP_WRITE], 1);
+	rx_small_end(qp, RDMAP_OP_WRITE, plen);
+	/* end_write's. */
 	qp->tmr = mr;
 	rx_tagged_end(qp);
 	if (qp_state(qp) != RDMAP_QP_RTS)

@@ -587,21 +587,20 @@ Test(qp_flat, no_lone_wr_out_of_rts)
 
 /* ---- the receive side: a whole Send in the stage (rx_send_whole) ---- */
 
-/* A Send FPDU (CRC on) of len octets of the source from src_off, with
- * MSN msn; tamper (if set) edits the ULPDU before the CRC is made. */
-static size_t send_fpdu(uint8_t *out, size_t cap, uint8_t opcode,
-			uint32_t msn, size_t src_off, uint32_t len,
-			void (*tamper)(uint8_t *ulpdu))
+/* An FPDU (CRC on) of header h, hdr_len octets long, then len octets of
+ * the source from src_off; tamper (if set) edits the ULPDU before the
+ * CRC is made. */
+static size_t hdr_fpdu(uint8_t *out, size_t cap, const struct rdmap_hdr *h,
+		       int hdr_len, size_t src_off, uint32_t len,
+		       void (*tamper)(uint8_t *ulpdu))
 {
-	struct rdmap_hdr h = { .opcode = opcode };
 	uint8_t ulpdu[64 + 512];
 	struct mpa_tx tx;
 	int hl, n;
 
-	h.ddp.last = true;
-	h.ddp.u.msn = msn;
-	hl = rdmap_hdr_build(&h, ulpdu, 64);
-	cr_assert_eq(hl, DDP_UNTAGGED_HDR_LEN);
+	cr_assert_leq((size_t)hdr_len + len, sizeof(ulpdu));
+	hl = rdmap_hdr_build(h, ulpdu, 64);
+	cr_assert_eq(hl, hdr_len);
 	memcpy(ulpdu + hl, g_src + src_off, len);
 	if (tamper)
 		tamper(ulpdu);
@@ -609,6 +608,20 @@ static size_t send_fpdu(uint8_t *out, size_t cap, uint8_t opcode,
 	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
 	cr_assert_gt(n, 0);
 	return (size_t)n;
+}
+
+/* A Send FPDU (CRC on) of len octets of the source from src_off, with
+ * MSN msn; tamper as hdr_fpdu's. */
+static size_t send_fpdu(uint8_t *out, size_t cap, uint8_t opcode,
+			uint32_t msn, size_t src_off, uint32_t len,
+			void (*tamper)(uint8_t *ulpdu))
+{
+	struct rdmap_hdr h = { .opcode = opcode };
+
+	h.ddp.last = true;
+	h.ddp.u.msn = msn;
+	return hdr_fpdu(out, cap, &h, DDP_UNTAGGED_HDR_LEN, src_off, len,
+			tamper);
 }
 
 /* Feed everything in one read (the stage holds it all). */
@@ -1082,23 +1095,13 @@ static size_t write_fpdu(uint8_t *out, size_t cap, uint32_t stag,
 			 void (*tamper)(uint8_t *ulpdu))
 {
 	struct rdmap_hdr h = { .opcode = RDMAP_OP_WRITE };
-	uint8_t ulpdu[64 + 512];
-	struct mpa_tx tx;
-	int hl, n;
 
 	h.ddp.tagged = true;
 	h.ddp.last = last;
 	h.ddp.t.stag = stag;
 	h.ddp.t.to = to;
-	hl = rdmap_hdr_build(&h, ulpdu, 64);
-	cr_assert_eq(hl, DDP_TAGGED_HDR_LEN);
-	memcpy(ulpdu + hl, g_src + src_off, len);
-	if (tamper)
-		tamper(ulpdu);
-	mpa_tx_init(&tx, true, false);
-	n = mpa_fpdu_encode(&tx, ulpdu, (size_t)hl + len, out, cap);
-	cr_assert_gt(n, 0);
-	return (size_t)n;
+	return hdr_fpdu(out, cap, &h, DDP_TAGGED_HDR_LEN, src_off, len,
+			tamper);
 }
 
 /*
