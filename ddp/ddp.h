@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wisp_wire.h"
+
 #define DDP_VERSION           1
 #define DDP_TAGGED_HDR_LEN    14  /* ctrl(1) ulp(1) STag(4) TO(8) */
 #define DDP_UNTAGGED_HDR_LEN  18  /* ctrl(1) ulp(1) ulp(4) QN(4) MSN(4) MO(4) */
@@ -104,56 +106,63 @@ int ddp_hdr_build(const struct ddp_hdr *h, uint8_t *buf, size_t cap);
 int ddp_hdr_parse(const uint8_t *buf, size_t len, struct ddp_hdr *h,
 		  enum ddp_error *err);
 
-/*
- * A receiver's shortcut for the commonest header: the untagged header at
- * b (DDP_UNTAGGED_HDR_LEN octets readable) of a message's last segment,
- * DDP version 1 (T clear, L set, DV 1; the reserved bits are not checked,
- * RFC 5041 section 4.1). Then *h is filled as ddp_hdr_parse() fills it
- * and the result is true; for any other header it is false with *h
- * untouched, and the caller takes ddp_hdr_parse(), which names the
- * fault if there is one.
- */
-static inline uint32_t ddp_be32_(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-	       (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
+/* Offsets inside the DDP headers (RFC 5041 sections 4.2 and 4.3). */
+enum {
+	DDP_OFF_CTRL     = 0,
+	DDP_OFF_ULP_CTRL = 1,
+	DDP_OFF_STAG     = 2,   /* tagged */
+	DDP_OFF_TO       = 6,   /* tagged */
+	DDP_OFF_ULP_WORD = 2,   /* untagged */
+	DDP_OFF_QN       = 6,   /* untagged */
+	DDP_OFF_MSN      = 10,  /* untagged */
+	DDP_OFF_MO       = 14,  /* untagged */
+};
+
+_Static_assert(DDP_OFF_TO + 8 == DDP_TAGGED_HDR_LEN,
+	       "RFC 5041 4.2: tagged header is 14 octets");
+_Static_assert(DDP_OFF_MO + 4 == DDP_UNTAGGED_HDR_LEN,
+	       "RFC 5041 4.3: untagged header is 18 octets");
 
 /*
- * The same for a tagged header at b (DDP_TAGGED_HDR_LEN octets
- * readable) of a message's last segment, DDP version 1 (T set, L set,
- * DV 1): *h filled as ddp_hdr_parse() fills it, true; else false with
- * *h untouched.
+ * A receiver's shortcut for the commonest headers: the header at b
+ * (DDP_TAGGED_HDR_LEN or DDP_UNTAGGED_HDR_LEN octets readable) of a
+ * message's last segment, DDP version 1 (T set or clear, L set, DV 1;
+ * the reserved bits are not checked, RFC 5041 section 4.1). Then *h is
+ * filled as ddp_hdr_parse() fills it and the result is true; for any
+ * other header it is false with *h untouched, and the caller takes
+ * ddp_hdr_parse(), which names the fault if there is one.
  */
-static inline bool ddp_tagged_last_peek(const uint8_t *b, struct ddp_hdr *h)
+static inline bool ddp_last_peek(const uint8_t *b, struct ddp_hdr *h,
+				 bool tagged)
 {
-	if ((b[0] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
-	    (DDP_CTRL_T | DDP_CTRL_L | DDP_VERSION))
+	if ((b[DDP_OFF_CTRL] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
+	    ((tagged ? DDP_CTRL_T : 0) | DDP_CTRL_L | DDP_VERSION))
 		return false;
-	h->tagged = true;
+	h->tagged = tagged;
 	h->last = true;
 	h->dv = DDP_VERSION;
-	h->ulp_ctrl = b[1];
-	h->t.stag = ddp_be32_(b + 2);
-	h->t.to = (uint64_t)ddp_be32_(b + 6) << 32 | ddp_be32_(b + 10);
+	h->ulp_ctrl = b[DDP_OFF_ULP_CTRL];
+	if (tagged) {
+		h->t.stag = wisp_get_be32(b + DDP_OFF_STAG);
+		h->t.to = wisp_get_be64(b + DDP_OFF_TO);
+	} else {
+		h->u.ulp_word = wisp_get_be32(b + DDP_OFF_ULP_WORD);
+		h->u.qn = wisp_get_be32(b + DDP_OFF_QN);
+		h->u.msn = wisp_get_be32(b + DDP_OFF_MSN);
+		h->u.mo = wisp_get_be32(b + DDP_OFF_MO);
+	}
 	return true;
+}
+
+static inline bool ddp_tagged_last_peek(const uint8_t *b, struct ddp_hdr *h)
+{
+	return ddp_last_peek(b, h, true);
 }
 
 static inline bool ddp_untagged_last_peek(const uint8_t *b,
 					  struct ddp_hdr *h)
 {
-	if ((b[0] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
-	    (DDP_CTRL_L | DDP_VERSION))
-		return false;
-	h->tagged = false;
-	h->last = true;
-	h->dv = DDP_VERSION;
-	h->ulp_ctrl = b[1];
-	h->u.ulp_word = ddp_be32_(b + 2);
-	h->u.qn = ddp_be32_(b + 6);
-	h->u.msn = ddp_be32_(b + 10);
-	h->u.mo = ddp_be32_(b + 14);
-	return true;
+	return ddp_last_peek(b, h, false);
 }
 
 /* ------------------------------------------------------------------ */

@@ -690,26 +690,15 @@ static int conv_send(struct wisp_qp *qp, const struct ibv_send_wr *wr,
 	w->rkey = wr->wr.rdma.rkey;
 	w->remote_addr = wr->wr.rdma.remote_addr;
 	w->num_sge = (uint8_t)wr->num_sge;
-	if (wr->num_sge == 1) {
-		/* The common case (issue 13: a small post's cost before its
-		 * send), without the loops. One SGE's length is below 2^32. */
-		const struct ibv_sge *sg = wr->sg_list;
-
-		w->sge[0] = (struct rdmap_sge){ .addr = sg->addr,
-						.length = sg->length,
-						.lkey = sg->lkey };
-		len = sg->length;
-	} else {
-		memset(&w->sge[0], 0, sizeof(w->sge[0]));
-		for (int i = 0; i < wr->num_sge; i++) {
-			w->sge[i].addr = wr->sg_list[i].addr;
-			w->sge[i].length = wr->sg_list[i].length;
-			w->sge[i].lkey = wr->sg_list[i].lkey;
-			len += wr->sg_list[i].length;
-		}
-		if (len >= (1ull << 32))
-			return EINVAL;    /* RFC 5041 5.2: messages below 2^32 */
+	memset(&w->sge[0], 0, sizeof(w->sge[0]));
+	for (int i = 0; i < wr->num_sge; i++) {
+		w->sge[i].addr = wr->sg_list[i].addr;
+		w->sge[i].length = wr->sg_list[i].length;
+		w->sge[i].lkey = wr->sg_list[i].lkey;
+		len += wr->sg_list[i].length;
 	}
+	if (len >= (1ull << 32))
+		return EINVAL;    /* RFC 5041 5.2: messages below 2^32 */
 	w->length = len;
 	if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ) {
 		size_t off = 0;
@@ -718,11 +707,7 @@ static int conv_send(struct wisp_qp *qp, const struct ibv_send_wr *wr,
 			return EINVAL;
 		/* Inline: the data is copied now, the buffer may be reused
 		 * as soon as ibv_post_send returns; no lkey is needed. */
-		if (wr->num_sge == 1)
-			memcpy(w->inline_data,
-			       (const void *)(uintptr_t)wr->sg_list[0].addr,
-			       len);
-		for (int i = 0; wr->num_sge > 1 && i < wr->num_sge; i++) {
+		for (int i = 0; i < wr->num_sge; i++) {
 			memcpy(w->inline_data + off,
 			       (const void *)(uintptr_t)wr->sg_list[i].addr,
 			       wr->sg_list[i].length);
