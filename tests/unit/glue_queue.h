@@ -118,16 +118,13 @@ static inline void glue_queue_init(struct glue_queue *q, uint8_t *buf,
 	atomic_init(&q->fills, 0);
 }
 
-/* Read every octet queued at peer (deadline 10 s) and check each
- * against pattern; returns how long it took, in microseconds. */
-static inline int64_t glue_queue_read_all(struct glue_queue *q, int peer,
-					  uint8_t (*pattern)(size_t))
+/* Read from peer into rx[got..want) (deadline 10 s), then check every
+ * octet of rx[0..want) against pattern. */
+static inline void glue_read_pattern(int peer, uint8_t *rx, size_t got,
+				     size_t want, uint8_t (*pattern)(size_t))
 {
-	size_t got = 0, want = atomic_load(&q->queued);
-	uint8_t *rx = malloc(want ? want : 1);
-	int64_t start = us_now(), end = ms_now() + 10000;
+	int64_t end = ms_now() + 10000;
 
-	cr_assert_not_null(rx);
 	while (got < want && ms_now() < end) {
 		ssize_t r = recv(peer, rx + got, want - got, MSG_DONTWAIT);
 
@@ -143,6 +140,19 @@ static inline int64_t glue_queue_read_all(struct glue_queue *q, int peer,
 		     got, want);
 	for (size_t i = 0; i < want; i++)
 		cr_assert_eq(rx[i], pattern(i), "octet %zu differs", i);
+}
+
+/* Read every octet queued at peer (deadline 10 s) and check each
+ * against pattern; returns how long it took, in microseconds. */
+static inline int64_t glue_queue_read_all(struct glue_queue *q, int peer,
+					  uint8_t (*pattern)(size_t))
+{
+	size_t want = atomic_load(&q->queued);
+	uint8_t *rx = malloc(want ? want : 1);
+	int64_t start = us_now();
+
+	cr_assert_not_null(rx);
+	glue_read_pattern(peer, rx, 0, want, pattern);
 	free(rx);
 	return us_now() - start;
 }
