@@ -132,17 +132,15 @@ _Static_assert(DDP_OFF_MO + 4 == DDP_UNTAGGED_HDR_LEN,
  * other header it is false with *h untouched, and the caller takes
  * ddp_hdr_parse(), which names the fault if there is one.
  */
-static inline bool ddp_last_peek(const uint8_t *b, struct ddp_hdr *h,
-				 bool tagged)
+/* The fields of the header at b (its control octet says which buffer
+ * model) into *h, unchecked: ddp_hdr_parse() and ddp_last_peek(). */
+static inline void ddp_hdr_fields(const uint8_t *b, struct ddp_hdr *h)
 {
-	if ((b[DDP_OFF_CTRL] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
-	    ((tagged ? DDP_CTRL_T : 0) | DDP_CTRL_L | DDP_VERSION))
-		return false;
-	h->tagged = tagged;
-	h->last = true;
-	h->dv = DDP_VERSION;
+	h->tagged = (b[DDP_OFF_CTRL] & DDP_CTRL_T) != 0;
+	h->last = (b[DDP_OFF_CTRL] & DDP_CTRL_L) != 0;
+	h->dv = b[DDP_OFF_CTRL] & DDP_CTRL_DV_MASK;
 	h->ulp_ctrl = b[DDP_OFF_ULP_CTRL];
-	if (tagged) {
+	if (h->tagged) {
 		h->t.stag = wisp_get_be32(b + DDP_OFF_STAG);
 		h->t.to = wisp_get_be64(b + DDP_OFF_TO);
 	} else {
@@ -151,6 +149,15 @@ static inline bool ddp_last_peek(const uint8_t *b, struct ddp_hdr *h,
 		h->u.msn = wisp_get_be32(b + DDP_OFF_MSN);
 		h->u.mo = wisp_get_be32(b + DDP_OFF_MO);
 	}
+}
+
+static inline bool ddp_last_peek(const uint8_t *b, struct ddp_hdr *h,
+				 bool tagged)
+{
+	if ((b[DDP_OFF_CTRL] & (DDP_CTRL_T | DDP_CTRL_L | DDP_CTRL_DV_MASK)) !=
+	    ((tagged ? DDP_CTRL_T : 0) | DDP_CTRL_L | DDP_VERSION))
+		return false;
+	ddp_hdr_fields(b, h);
 	return true;
 }
 

@@ -161,19 +161,7 @@ int ddp_hdr_parse(const uint8_t *buf, size_t len, struct ddp_hdr *h,
 	else
 		memcpy(hdr, buf, DDP_UNTAGGED_HDR_LEN);
 
-	h->tagged = (hdr[DDP_OFF_CTRL] & DDP_CTRL_T) != 0;
-	h->last = (hdr[DDP_OFF_CTRL] & DDP_CTRL_L) != 0;
-	h->dv = hdr[DDP_OFF_CTRL] & DDP_CTRL_DV_MASK;
-	h->ulp_ctrl = hdr[DDP_OFF_ULP_CTRL];
-	if (h->tagged) {
-		h->t.stag = wisp_get_be32(hdr + DDP_OFF_STAG);
-		h->t.to = wisp_get_be64(hdr + DDP_OFF_TO);
-	} else {
-		h->u.ulp_word = wisp_get_be32(hdr + DDP_OFF_ULP_WORD);
-		h->u.qn = wisp_get_be32(hdr + DDP_OFF_QN);
-		h->u.msn = wisp_get_be32(hdr + DDP_OFF_MSN);
-		h->u.mo = wisp_get_be32(hdr + DDP_OFF_MO);
-	}
+	ddp_hdr_fields(hdr, h);
 
 	/*
 	 * RFC 5041 section 4.1: the Rsvd bits are set to zero by the sender
