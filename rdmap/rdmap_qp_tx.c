@@ -92,6 +92,16 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 		return n;
 	for (i = 0; i < n; i++)
 		bytes += qp->iov[qp->niov + i].iov_len;
+	/* The previous FPDU's pad + CRC and this one's length field and
+	 * header as one iovec: two per one-segment FPDU instead of three
+	 * for the kernel to walk (mpa_fpdu_join). */
+	if (qp->nfp && mpa_fpdu_join(&qp->mtx, &qp->fp[qp->nfp - 1].scr,
+				     &qp->iov[qp->niov - 1], &f->scr,
+				     &qp->iov[qp->niov])) {
+		for (i = 0; i < n; i++)
+			qp->iov[qp->niov - 1 + i] = qp->iov[qp->niov + i];
+		n--;
+	}
 	qp->niov += n;
 	qp->b_total += bytes;
 	f->end = qp->b_total;
