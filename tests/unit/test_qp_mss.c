@@ -5,7 +5,7 @@
  * WISP_BIG_FPDU=off), without I/O. This is the stream whose per-FPDU
  * costs were cut: the receiver parses each header where it arrived in
  * the stage and prefetches the MR after each staged tagged payload; the
- * sender, with CRC on, prefetches each next segment's source across
+ * sender prefetches each next segment's source (CRC on or off) across
  * SGEs; past the first 64 KiB of a message (RX_NT_AFTER) the receiver
  * copies whole lines with streaming stores. Checked here: every octet
  * lands where it belongs and nowhere else (guard zones around the target
