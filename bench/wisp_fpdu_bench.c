@@ -204,7 +204,8 @@ static void send_all(int fd, struct iovec *iov, int n)
 			m.msg_iovlen--;
 		}
 		if (m.msg_iovlen) {
-			m.msg_iov->iov_base = (uint8_t *)m.msg_iov->iov_base + k;
+			m.msg_iov->iov_base =
+				(uint8_t *)m.msg_iov->iov_base + k;
 			m.msg_iov->iov_len -= (size_t)k;
 		}
 	}
@@ -389,11 +390,11 @@ int main(int argc, char **argv)
 		       o.crc ? "on" : "off", o.mulpdu, o.msg, o.window, fpdus,
 		       o.rounds, best_tx * 1e9 / (double)fpdus);
 	} else {
-		printf("CRC %s, MULPDU %u, %zu-octet WRITEs x %u, reads of %zu: "
-		       "%zu FPDUs per round; best of %u rounds: send %.1f ns, "
-		       "receive %.1f ns per FPDU (CPU time)\n",
-		       o.crc ? "on" : "off", o.mulpdu, o.msg, o.window, o.read, fpdus,
-		       o.rounds, best_tx * 1e9 / (double)fpdus,
+		printf("CRC %s, MULPDU %u, %zu-octet WRITEs x %u, reads of "
+		       "%zu: %zu FPDUs per round; best of %u rounds: send "
+		       "%.1f ns, receive %.1f ns per FPDU (CPU time)\n",
+		       o.crc ? "on" : "off", o.mulpdu, o.msg, o.window, o.read,
+		       fpdus, o.rounds, best_tx * 1e9 / (double)fpdus,
 		       best_rx * 1e9 / (double)fpdus);
 	}
 	rdmap_qp_destroy(tx);
