@@ -10,20 +10,33 @@
  * change a wall clock; the best of the rounds is printed.
  *
  *   wisp_fpdu_bench [--crc|--no-crc] [--mulpdu N] [--msg OCTETS]
- *                   [--window N] [--read OCTETS] [--rounds N]
+ *                   [--window N] [--read OCTETS] [--rounds N] [--tcp]
  *
  * Default: 1 MiB WRITEs at MULPDU 1442 (one segment at MTU 1500), a
  * window of 32 messages whose sources and targets rotate through
  * 32 MiB each (as wisp_bench's do, so neither is in the cache when
  * an FPDU reaches it), reads of 64 KiB, 8 rounds.
  * docs/performance-log.md, "FPDUs that fit one segment: stalls".
+ *
+ * --tcp hands each tx_fill's iovecs to sendmsg(2) on a TCP connection
+ * over 127.0.0.1 instead (a second thread reads and discards the
+ * stream), so that the send figure is the sending thread's CPU, user
+ * and kernel, as the thread that posts and sends pays it: what the
+ * kernel costs per iovec shows there (docs/performance-log.md,
+ * "One-segment FPDUs: the sending thread"). Nothing is received by the
+ * second QP then.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mpa.h"
 #include "rdmap_qp.h"
@@ -32,7 +45,7 @@
 #define PD_ID ((const void *)0x1)
 
 struct opts {
-	bool crc;
+	bool crc, tcp;
 	uint32_t mulpdu, window, rounds;
 	size_t msg, read;
 };
@@ -75,11 +88,12 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: wisp_fpdu_bench [--crc|--no-crc] [--mulpdu N] [--msg OCTETS]\n"
-"                       [--window N] [--read OCTETS] [--rounds N]\n"
+"                       [--window N] [--read OCTETS] [--rounds N] [--tcp]\n"
 "User-space cost per FPDU of the QP core, sending and receiving RDMA\n"
 "WRITEs in memory (no sockets). Defaults: --crc, MULPDU 1442 (one\n"
 "segment at MTU 1500), 1 MiB messages, a window of 32, reads of 64 KiB,\n"
-"8 rounds.\n");
+"8 rounds. --tcp: send over a loopback TCP connection instead, the\n"
+"send figure then the sending thread's CPU including the kernel's.\n");
 }
 
 static unsigned long num(const char *s, const char *what, unsigned long lo,
@@ -109,6 +123,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->crc = true;
 		} else if (!strcmp(a, "--no-crc")) {
 			o->crc = false;
+		} else if (!strcmp(a, "--tcp")) {
+			o->tcp = true;
 		} else if (!strcmp(a, "--mulpdu")) {
 			o->mulpdu = (uint32_t)num(v, a, 128,
 						  MPA_ULPDU_SEND_MAX);
@@ -135,6 +151,66 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 }
 
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+/* The reading end of --tcp: reads until the sender closes. */
+static void *drain(void *arg)
+{
+	static uint8_t buf[1u << 20];
+	int fd = *(int *)arg;
+
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	return NULL;
+}
+
+/* A connected pair over 127.0.0.1: *w to write, *r to read. */
+static void tcp_pair(int *w, int *r)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) ||
+	    listen(l, 1) || getsockname(l, (struct sockaddr *)&a, &al))
+		die("wisp_fpdu_bench: listen");
+	*w = socket(AF_INET, SOCK_STREAM, 0);
+	if (*w < 0 || connect(*w, (struct sockaddr *)&a, sizeof(a)))
+		die("wisp_fpdu_bench: connect");
+	*r = accept(l, NULL, NULL);
+	if (*r < 0)
+		die("wisp_fpdu_bench: accept");
+	close(l);
+}
+
+/* sendmsg of iov[0..n) whole (blocking; a partial send goes on). */
+static void send_all(int fd, struct iovec *iov, int n)
+{
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+
+	while (m.msg_iovlen) {
+		ssize_t k = sendmsg(fd, &m, MSG_NOSIGNAL);
+
+		if (k < 0)
+			die("wisp_fpdu_bench: sendmsg");
+		while (m.msg_iovlen && (size_t)k >= m.msg_iov->iov_len) {
+			k -= (ssize_t)m.msg_iov->iov_len;
+			m.msg_iov++;
+			m.msg_iovlen--;
+		}
+		if (m.msg_iovlen) {
+			m.msg_iov->iov_base =
+				(uint8_t *)m.msg_iov->iov_base + k;
+			m.msg_iov->iov_len -= (size_t)k;
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static struct iovec iov[1024];
@@ -146,8 +222,15 @@ int main(int argc, char **argv)
 	uint8_t *src, *dst, *wire;
 	double best_tx = 0, best_rx = 0;
 	uint32_t tail = 0;
+	int wfd = -1, rfd = -1;
+	pthread_t reader;
 
 	parse(argc, argv, &o);
+	if (o.tcp) {
+		tcp_pair(&wfd, &rfd);
+		if (pthread_create(&reader, NULL, drain, &rfd))
+			die("wisp_fpdu_bench: pthread_create");
+	}
 	span = (size_t)o.window * o.msg;
 	src = xalloc(span);
 	dst = xalloc(span);
@@ -216,6 +299,14 @@ int main(int argc, char **argv)
 		for (int n; (n = rdmap_qp_tx_fill(tx, iov, 1024)) > 0;) {
 			size_t bytes = 0;
 
+			if (o.tcp) {
+				for (int i = 0; i < n; i++)
+					bytes += iov[i].iov_len;
+				send_all(wfd, iov, n);
+				wire_len += bytes;
+				rdmap_qp_tx_done(tx, bytes);
+				continue;
+			}
 			for (int i = 0; i < n; i++) {
 				if (wire_len + iov[i].iov_len > wire_cap) {
 					fprintf(stderr, "wisp_fpdu_bench: "
@@ -230,6 +321,20 @@ int main(int argc, char **argv)
 			rdmap_qp_tx_done(tx, bytes);
 		}
 		t1 = cpu_now();
+		if (o.tcp) {
+			/* DDP tagged header: 14 octets per segment. */
+			size_t per = o.mulpdu - 14;
+
+			if (ncqe != (int)o.window) {
+				fprintf(stderr, "wisp_fpdu_bench: round %u: "
+					"%d completions\n", r, ncqe);
+				return 1;
+			}
+			fpdus = o.window * ((o.msg + per - 1) / per);
+			if (!r || t1 - t0 < best_tx)
+				best_tx = t1 - t0;
+			continue;
+		}
 		while (off < wire_len) {
 			struct iovec v[8];
 			int n = rdmap_qp_rx_want(rx, v, 8);
@@ -273,12 +378,25 @@ int main(int argc, char **argv)
 		if (!r || t2 - t1 < best_rx)
 			best_rx = t2 - t1;
 	}
-	printf("CRC %s, MULPDU %u, %zu-octet WRITEs x %u, reads of %zu: "
-	       "%zu FPDUs per round; best of %u rounds: send %.1f ns, "
-	       "receive %.1f ns per FPDU (CPU time)\n",
-	       o.crc ? "on" : "off", o.mulpdu, o.msg, o.window, o.read, fpdus,
-	       o.rounds, best_tx * 1e9 / (double)fpdus,
-	       best_rx * 1e9 / (double)fpdus);
+	if (o.tcp) {
+		shutdown(wfd, SHUT_WR);
+		pthread_join(reader, NULL);
+		close(wfd);
+		close(rfd);
+		printf("CRC %s, MULPDU %u, %zu-octet WRITEs x %u over TCP "
+		       "(127.0.0.1): %zu FPDUs per round; best of %u rounds: "
+		       "send %.1f ns per FPDU (the sending thread's CPU, "
+		       "kernel included)\n",
+		       o.crc ? "on" : "off", o.mulpdu, o.msg, o.window, fpdus,
+		       o.rounds, best_tx * 1e9 / (double)fpdus);
+	} else {
+		printf("CRC %s, MULPDU %u, %zu-octet WRITEs x %u, reads of "
+		       "%zu: %zu FPDUs per round; best of %u rounds: send "
+		       "%.1f ns, receive %.1f ns per FPDU (CPU time)\n",
+		       o.crc ? "on" : "off", o.mulpdu, o.msg, o.window, o.read,
+		       fpdus, o.rounds, best_tx * 1e9 / (double)fpdus,
+		       best_rx * 1e9 / (double)fpdus);
+	}
 	rdmap_qp_destroy(tx);
 	rdmap_qp_destroy(rx);
 	rdmap_stag_table_fini(&t);

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 /* ------------------------------------------------------------------ */
@@ -303,6 +304,13 @@ struct mpa_fpdu_scratch {
 
 _Static_assert(MPA_FPDU_FLAT_MAX <= MPA_MAX_MARKERS_PER_FPDU * MPA_MARKER_LEN,
 	       "the flat FPDU shares the markers' room, unused without them");
+_Static_assert(offsetof(struct mpa_fpdu_scratch, len) ==
+		       offsetof(struct mpa_fpdu_scratch, markers) +
+			       sizeof(((struct mpa_fpdu_scratch *)0)->markers),
+	       "the length field follows the markers' room in memory");
+_Static_assert(MPA_MAX_MARKERS_PER_FPDU * MPA_MARKER_LEN >=
+		       MPA_FPDU_FLAT_MAX + 3 + MPA_CRC_LEN,
+	       "room for a joined trailer past the largest flat FPDU");
 
 /*
  * Frame one ULPDU (given as ulpdu[0..n)) as an FPDU. On success writes up
@@ -319,6 +327,41 @@ _Static_assert(MPA_FPDU_FLAT_MAX <= MPA_MAX_MARKERS_PER_FPDU * MPA_MARKER_LEN,
 int mpa_fpdu_frame(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		   struct mpa_fpdu_scratch *scr, struct iovec *out,
 		   int out_cap);
+
+/*
+ * Two FPDUs framed one after the other into the same gathered send
+ * (issue 13: the kernel walks each iovec, and a one-segment FPDU has
+ * three: length field + header, payload, pad + CRC). prev is the last
+ * iovec of the earlier FPDU, framed by mpa_fpdu_frame() with scratch
+ * prev_scr; first is the first iovec of the later one, framed with scr.
+ * If prev is exactly the earlier FPDU's pad + CRC and first begins at
+ * scr's length field, without markers, the pad + CRC octets are copied
+ * to just before scr->len (the markers' room, unused without markers
+ * and beyond any flat FPDU) and *first is widened back over them:
+ * the caller then drops prev, and the two FPDUs' framing octets go out
+ * as one iovec. Which octets go on the wire, and in what order, is
+ * unchanged. Returns true if joined, false (nothing changed) if not.
+ * The earlier FPDU's CRC must be final (it is, once framed).
+ */
+static inline bool mpa_fpdu_join(const struct mpa_tx *tx,
+				 const struct mpa_fpdu_scratch *prev_scr,
+				 const struct iovec *prev,
+				 struct mpa_fpdu_scratch *scr,
+				 struct iovec *first)
+{
+	uint8_t *at;
+	size_t t = prev->iov_len;
+
+	if (tx->markers || prev->iov_base != (const void *)prev_scr->trailer ||
+	    t < MPA_CRC_LEN || t > sizeof(prev_scr->trailer) ||
+	    first->iov_base != (void *)scr->len)
+		return false;
+	at = (uint8_t *)scr->markers + sizeof(scr->markers) - t;
+	memcpy(at, prev_scr->trailer, t);
+	first->iov_base = at;
+	first->iov_len += t;
+	return true;
+}
 
 /*
  * Framing a small ULPDU in place, without gathering it from pieces

@@ -738,6 +738,76 @@ Test(mpa_fpdu, adjacent_pieces_share_an_iovec)
 	cr_assert_arr_eq(enc, wire, wl);
 }
 
+/* Two gathered FPDUs: the first one's pad + CRC joined to the second's
+ * length field and header give the same octets in one iovec fewer; a
+ * join is refused with markers, when the earlier iovec is not a whole
+ * pad + CRC, or when the later one does not begin at its length field. */
+Test(mpa_fpdu, join_gives_the_same_octets_in_one_iovec_fewer)
+{
+	struct {
+		struct mpa_fpdu_scratch scr;
+		uint8_t hdr[14];
+	} f[2];
+	uint8_t pay[2][1001], flat[2][1015], wire[2200], enc[2200];
+	struct iovec in[2][2], out[32], keep;
+	struct mpa_tx tx, tx2;
+	size_t wl = 0, el = 0;
+	int n0, n1, n;
+
+	for (int k = 0; k < 2; k++) {
+		fill_pattern(f[k].hdr, sizeof(f[k].hdr), (uint8_t)(5 + k));
+		fill_pattern(pay[k], sizeof(pay[k]), (uint8_t)(7 + k));
+		in[k][0] = (struct iovec){ f[k].hdr, sizeof(f[k].hdr) };
+		in[k][1] = (struct iovec){ pay[k], sizeof(pay[k]) };
+		memcpy(flat[k], f[k].hdr, sizeof(f[k].hdr));
+		memcpy(flat[k] + sizeof(f[k].hdr), pay[k], sizeof(pay[k]));
+	}
+	mpa_tx_init(&tx, true, false);
+	n0 = mpa_fpdu_frame(&tx, in[0], 2, &f[0].scr, out, 8);
+	cr_assert_eq(n0, 3);
+	n1 = mpa_fpdu_frame(&tx, in[1], 2, &f[1].scr, out + n0, 8 - n0);
+	cr_assert_eq(n1, 3);
+	/* Not the earlier FPDU's pad + CRC: its payload. */
+	keep = out[n0];
+	cr_assert(!mpa_fpdu_join(&tx, &f[0].scr, &out[1], &f[1].scr,
+				 &out[n0]));
+	/* Not the later FPDU's length field. */
+	cr_assert(!mpa_fpdu_join(&tx, &f[0].scr, &out[2], &f[1].scr,
+				 &out[n0 + 1]));
+	cr_assert_eq(out[n0].iov_base, keep.iov_base);
+	cr_assert_eq(out[n0].iov_len, keep.iov_len);
+	cr_assert(mpa_fpdu_join(&tx, &f[0].scr, &out[2], &f[1].scr, &out[n0]));
+	cr_assert_eq(out[n0].iov_len, 3 + MPA_CRC_LEN + keep.iov_len);
+	n = 0;
+	for (int i = 0; i < n0 + n1; i++) {
+		if (i == 2)
+			continue;   /* joined into the next */
+		memcpy(wire + wl, out[i].iov_base, out[i].iov_len);
+		wl += out[i].iov_len;
+		n++;
+	}
+	cr_assert_eq(n, 5);
+	mpa_tx_init(&tx2, true, false);
+	for (int k = 0; k < 2; k++) {
+		int e = mpa_fpdu_encode(&tx2, flat[k], sizeof(flat[k]),
+					enc + el, sizeof(enc) - el);
+
+		cr_assert_gt(e, 0);
+		el += (size_t)e;
+	}
+	cr_assert_eq(wl, el);
+	cr_assert_arr_eq(enc, wire, wl);
+
+	/* With markers, never. */
+	mpa_tx_init(&tx, true, true);
+	n0 = mpa_fpdu_frame(&tx, in[0], 2, &f[0].scr, out, 32);
+	cr_assert_gt(n0, 0);
+	n1 = mpa_fpdu_frame(&tx, in[1], 2, &f[1].scr, out + n0, 32 - n0);
+	cr_assert_gt(n1, 0);
+	cr_assert(!mpa_fpdu_join(&tx, &f[0].scr, &out[n0 - 1], &f[1].scr,
+				 &out[n0]));
+}
+
 /* An FPDU that arrives whole with a bad CRC hands out none of its
  * ULPDU (RFC 5044 4.4: an invalid FPDU), with or without earlier good
  * FPDUs in the same input. */

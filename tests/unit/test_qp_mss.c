@@ -5,7 +5,7 @@
  * WISP_BIG_FPDU=off), without I/O. This is the stream whose per-FPDU
  * costs were cut: the receiver parses each header where it arrived in
  * the stage and prefetches the MR after each staged tagged payload; the
- * sender, with CRC on, prefetches each next segment's source across
+ * sender prefetches each next segment's source (CRC on or off) across
  * SGEs; past the first 64 KiB of a message (RX_NT_AFTER) the receiver
  * copies whole lines with streaming stores. Checked here: every octet
  * lands where it belongs and nowhere else (guard zones around the target
@@ -74,6 +74,9 @@ struct ms {
 	size_t wire_len;
 	size_t fpdu_at[256];        /* where each FPDU starts on the wire */
 	int nfpdu;
+	size_t fill_end[64];        /* where each tx_fill's octets end */
+	int fill_niov[64];          /* and how many iovecs it gave */
+	int nfill;
 };
 
 static void ms_init(struct ms *m, bool crc)
@@ -159,6 +162,9 @@ static void ms_send(struct ms *m)
 			m->wire_len += iov[i].iov_len;
 			bytes += iov[i].iov_len;
 		}
+		cr_assert_lt(m->nfill, 64);
+		m->fill_end[m->nfill] = m->wire_len;
+		m->fill_niov[m->nfill++] = n;
 		rdmap_qp_tx_done(m->tx, bytes);
 	}
 	while (at < m->wire_len) {
@@ -252,6 +258,113 @@ Test(qp_mss, odd_pieces_place_every_octet_crc_off)
 Test(qp_mss, whole_stream_in_one_read_crc_on)
 {
 	ms_roundtrip(true, ms_whole, 1);
+}
+
+/*
+ * The stream as RFC 5041 and RFC 5044 lay it out, built here without the
+ * QP: each WRITE cut into tagged segments of at most MULPDU - 14
+ * payload octets (DDP control 0x81, or 0xc1 on the last; RDMAP control
+ * 0x40: RV 01, opcode RDMA Write; STag; TO), each framed on its own by
+ * mpa_fpdu_encode(). Returns its length; pieces[k]: how many SGEs the
+ * payload of FPDU k is gathered from.
+ */
+static size_t ms_expected_stream(const struct ms *m, bool crc, uint8_t *out,
+				 size_t cap, int *pieces)
+{
+	static uint8_t ulpdu[MS_MULPDU];
+	struct mpa_tx tx;
+	size_t len = 0;
+	int nf = 0;
+
+	mpa_tx_init(&tx, crc, false);
+	for (int w = 0; w < MS_NWR; w++) {
+		uint32_t total = 0, done = 0;
+
+		for (int k = 0; k < 3; k++)
+			total += ms_wrs[w].len[k];
+		while (done < total) {
+			uint32_t seg = total - done < MS_MULPDU - 14 ?
+				       total - done : MS_MULPDU - 14;
+			uint64_t to = m->dmr.iova + ms_wrs[w].to + done;
+			int k;
+
+			ulpdu[0] = done + seg == total ? 0xc1 : 0x81;
+			ulpdu[1] = 0x40;
+			for (k = 0; k < 4; k++)
+				ulpdu[2 + k] = (uint8_t)(m->dmr.stag >>
+							 (24 - 8 * k));
+			for (k = 0; k < 8; k++)
+				ulpdu[6 + k] = (uint8_t)(to >> (56 - 8 * k));
+			memcpy(ulpdu + 14, ms_expect + ms_wrs[w].to + done,
+			       seg);
+			cr_assert_lt(nf, 256);
+			/* SGEs that [done, done + seg) overlaps */
+			pieces[nf] = 0;
+			for (uint32_t at = 0, j = 0; j < 3; j++) {
+				if (at < done + seg &&
+				    at + ms_wrs[w].len[j] > done)
+					pieces[nf]++;
+				at += ms_wrs[w].len[j];
+			}
+			nf++;
+			k = mpa_fpdu_encode(&tx, ulpdu, 14 + seg, out + len,
+					    cap - len);
+			cr_assert_gt(k, 0);
+			len += (size_t)k;
+			done += seg;
+		}
+	}
+	return len;
+}
+
+/* The octets on the wire are the RFC's, whatever iovecs carry them; and
+ * a fill of n gathered FPDUs hands the kernel one iovec per payload piece
+ * (one per SGE an FPDU's payload comes from) and n + 1 for the framing
+ * (each pad + CRC shares one with the next FPDU's length field and
+ * header): 2n + 1 where each payload is one piece. */
+static void ms_wire_is_the_rfcs(bool crc)
+{
+	static uint8_t want[MS_WIRE];
+	int pieces[256];
+	struct ms m;
+	size_t len, from = 0;
+	int k = 0;
+
+	ms_init(&m, crc);
+	ms_send(&m);
+	len = ms_expected_stream(&m, crc, want, sizeof(want), pieces);
+	cr_assert_eq(m.wire_len, len);
+	for (size_t i = 0; i < len; i++)
+		cr_assert_eq(ms_wire[i], want[i],
+			     "wire octet %zu: %#x, not %#x", i, ms_wire[i],
+			     want[i]);
+	for (int f = 0; f < m.nfill; f++) {
+		int nf = 0, npay = 0;
+
+		for (; k < m.nfpdu && m.fpdu_at[k] < m.fill_end[f]; k++) {
+			nf++;
+			npay += pieces[k];
+		}
+		cr_assert_gt(nf, 1);
+		cr_assert_eq(m.fpdu_at[k - nf], from,
+			     "fill %d starts with an FPDU", f);
+		cr_assert_eq(m.fill_niov[f], npay + nf + 1,
+			     "fill %d: %d iovecs for %d FPDUs of %d pieces", f,
+			     m.fill_niov[f], nf, npay);
+		from = m.fill_end[f];
+	}
+	cr_assert_eq(k, m.nfpdu);
+	ms_fini(&m);
+}
+
+Test(qp_mss, wire_octets_are_the_rfcs_in_two_iovecs_per_fpdu_crc_on)
+{
+	ms_wire_is_the_rfcs(true);
+}
+
+Test(qp_mss, wire_octets_are_the_rfcs_in_two_iovecs_per_fpdu_crc_off)
+{
+	ms_wire_is_the_rfcs(false);
 }
 
 static size_t ms_to_of(const struct ms *m, int k)
