@@ -1074,6 +1074,18 @@ static void *cp_send_main(void *arg)
 	return NULL;
 }
 
+/* fn on each of a[0..n), all at once; each must end with ret 0. */
+static void cp_run(struct cp_arg *a, uint32_t n, void *(*fn)(void *),
+		   const char *what)
+{
+	for (uint32_t t = 0; t < n; t++)
+		cr_assert_eq(pthread_create(&a[t].th, NULL, fn, &a[t]), 0);
+	for (uint32_t t = 0; t < n; t++) {
+		pthread_join(a[t].th, NULL);
+		cr_assert_eq(a[t].ret, 0, "%s: %d", what, a[t].ret);
+	}
+}
+
 Test(datapath, concurrent_posters, .timeout = 120)
 {
 	struct dp_opts o = defaults;
@@ -1090,25 +1102,13 @@ Test(datapath, concurrent_posters, .timeout = 120)
 	dp_setup(&p, &o);
 	md = dp_mr(p.b.pd, 16 * (size_t)CP_TOTAL, IBV_ACCESS_LOCAL_WRITE,
 		   &dst);
-	for (uint32_t t = 0; t < CP_RECVERS; t++) {
+	for (uint32_t t = 0; t < CP_RECVERS; t++)
 		rs[t] = (struct cp_arg){ .qp = p.b.qp, .id = t, .dst = dst,
 					 .lkey = md->lkey };
-		cr_assert_eq(pthread_create(&rs[t].th, NULL, cp_recv_main,
-					    &rs[t]), 0);
-	}
-	for (uint32_t t = 0; t < CP_RECVERS; t++) {
-		pthread_join(rs[t].th, NULL);
-		cr_assert_eq(rs[t].ret, 0, "post_recv: %d", rs[t].ret);
-	}
-	for (uint32_t t = 0; t < CP_SENDERS; t++) {
+	cp_run(rs, CP_RECVERS, cp_recv_main, "post_recv");
+	for (uint32_t t = 0; t < CP_SENDERS; t++)
 		ss[t] = (struct cp_arg){ .qp = p.a.qp, .id = t };
-		cr_assert_eq(pthread_create(&ss[t].th, NULL, cp_send_main,
-					    &ss[t]), 0);
-	}
-	for (uint32_t t = 0; t < CP_SENDERS; t++) {
-		pthread_join(ss[t].th, NULL);
-		cr_assert_eq(ss[t].ret, 0, "post_send: %d", ss[t].ret);
-	}
+	cp_run(ss, CP_SENDERS, cp_send_main, "post_send");
 	for (int i = 0; i < CP_TOTAL; i++) {
 		struct ibv_wc wc = dp_wait1(p.a.scq);
 

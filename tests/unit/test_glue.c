@@ -239,6 +239,39 @@ static const struct glue_conn_ops who_ops = {
 	.ended = who_ended,
 };
 
+/* A who connection on an engine of kind over sv[0]; sv[1] is the
+ * peer's end. */
+static struct glue_conn *who_open(struct who *w, enum glue_kind kind,
+				  int sv[2])
+{
+	struct glue_conn *c;
+
+	atomic_init(&w->engine_recvs, 0);
+	atomic_init(&w->poller_recvs, 0);
+	atomic_init(&w->octets, 0);
+	atomic_init(&w->ended, false);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	w->e = engine_or_skip(kind);
+	c = glue_conn_add(w->e, sv[0], &who_ops, w);
+	cr_assert_not_null(c);
+	return c;
+}
+
+/* Close the peer's end, polling (the engine may leave the socket to a
+ * thread that polls) until the connection has ended; free it all. */
+static void who_close(struct who *w, struct glue_conn *c, int peer)
+{
+	close(peer);
+	for (int64_t end = ms_now() + 10000;
+	     ms_now() < end && !atomic_load(&w->ended);) {
+		glue_conn_recv_now(c);
+		usleep(1000);
+	}
+	cr_assert(atomic_load(&w->ended), "the connection did not end");
+	glue_conn_free(c);
+	glue_engine_destroy(w->e);
+}
+
 static void rx_direct_counts_the_poller(enum glue_kind kind)
 {
 	struct who w = { 0 };
@@ -247,14 +280,7 @@ static void rx_direct_counts_the_poller(enum glue_kind kind)
 	size_t sent = 0;
 	int sv[2];
 
-	atomic_init(&w.engine_recvs, 0);
-	atomic_init(&w.poller_recvs, 0);
-	atomic_init(&w.octets, 0);
-	atomic_init(&w.ended, false);
-	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	w.e = engine_or_skip(kind);
-	c = glue_conn_add(w.e, sv[0], &who_ops, &w);
-	cr_assert_not_null(c);
+	c = who_open(&w, kind, sv);
 
 	/* Nobody polls: the engine receives, twice (so that its count and
 	 * the poller's, which stops at one, differ). */
@@ -298,10 +324,7 @@ static void rx_direct_counts_the_poller(enum glue_kind kind)
 		     atomic_load(&w.poller_recvs));
 	cr_assert_eq(atomic_load(&st->rx_octets), sent);
 
-	close(sv[1]);
-	cr_assert(wait_flag(&w.ended, 10000), "the connection did not end");
-	glue_conn_free(c);
-	glue_engine_destroy(w.e);
+	who_close(&w, c, sv[1]);
 }
 
 Test(glue, rx_direct_counts_the_poller_uring, .timeout = 60)
@@ -518,14 +541,7 @@ static void poll_is_no_cancellation_point(enum glue_kind kind)
 	int sv[2];
 
 	atomic_init(&p.returned, 0);
-	atomic_init(&w.engine_recvs, 0);
-	atomic_init(&w.poller_recvs, 0);
-	atomic_init(&w.octets, 0);
-	atomic_init(&w.ended, false);
-	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	w.e = engine_or_skip(kind);
-	p.c = glue_conn_add(w.e, sv[0], &who_ops, &w);
-	cr_assert_not_null(p.c);
+	p.c = who_open(&w, kind, sv);
 	st = glue_conn_stats(p.c);
 	empty = atomic_load(&st->rx_empty);
 
@@ -548,10 +564,7 @@ static void poll_is_no_cancellation_point(enum glue_kind kind)
 			usleep(100);
 	cr_assert_eq(atomic_load(&w.octets), 1);
 
-	close(sv[1]);
-	cr_assert(wait_flag(&w.ended, 10000), "the connection did not end");
-	glue_conn_free(p.c);
-	glue_engine_destroy(w.e);
+	who_close(&w, p.c, sv[1]);
 }
 
 Test(glue, poll_is_no_cancellation_point_uring, .timeout = 60)
@@ -579,14 +592,7 @@ static void poll_stamps_the_callers_reading(enum glue_kind kind)
 	bool rx = true;
 	int sv[2];
 
-	atomic_init(&w.engine_recvs, 0);
-	atomic_init(&w.poller_recvs, 0);
-	atomic_init(&w.octets, 0);
-	atomic_init(&w.ended, false);
-	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	w.e = engine_or_skip(kind);
-	c = glue_conn_add(w.e, sv[0], &who_ops, &w);
-	cr_assert_not_null(c);
+	c = who_open(&w, kind, sv);
 	t0 = glue_poll_clock_ms() - 1000;
 
 	for (int i = 0; i < 3; i++) {
@@ -598,15 +604,7 @@ static void poll_stamps_the_callers_reading(enum glue_kind kind)
 		cr_assert_eq(atomic_load(&c->app_tx_ms), t0 + i);
 	}
 
-	close(sv[1]);
-	for (int64_t end = ms_now() + 10000;
-	     ms_now() < end && !atomic_load(&w.ended);) {
-		glue_conn_recv_now(c);
-		usleep(1000);
-	}
-	cr_assert(atomic_load(&w.ended), "the connection did not end");
-	glue_conn_free(c);
-	glue_engine_destroy(w.e);
+	who_close(&w, c, sv[1]);
 }
 
 Test(glue, poll_stamps_the_callers_reading_uring, .timeout = 60)

@@ -12,6 +12,7 @@
 
 #include "mpa.h"
 #include "rdmap_qp.h"
+#include "qp_recv.h"
 
 #define PD        ((const void *)1)
 #define MULPDU    1024u
@@ -804,17 +805,8 @@ Test(qp_rx_whole, faults_are_named_as_on_the_general_path)
 static void post_recv_sges(uint64_t wr_id, const struct rdmap_sge *sg, int n)
 {
 	struct rdmap_ring *rq = rdmap_qp_rq(g_rx.qp);
-	uint32_t tail = atomic_load(&rq->tail);
-	struct rdmap_recv_wr *r = rdmap_ring_slot(rq, tail);
 
-	memset(r, 0, sizeof(*r));
-	r->wr_id = wr_id;
-	r->num_sge = (uint8_t)n;
-	for (int i = 0; i < n; i++) {
-		r->sge[i] = sg[i];
-		r->length += sg[i].length;
-	}
-	atomic_store(&rq->tail, tail + 1);
+	qp_rq_post_at(g_rx.qp, atomic_load(&rq->tail), wr_id, sg, n);
 }
 
 /*

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "rdmap_qp.h"
+#include "qp_recv.h"
 #include "test_util.h"
 
 #define GUARD          64
@@ -597,19 +598,9 @@ static void rq_post(struct side *s, uint64_t id, int n,
 		    const struct rdmap_sge *sg)
 {
 	struct rdmap_ring *rq = rdmap_qp_rq(s->qp);
-	struct rdmap_recv_wr *r;
 
 	cr_assert_lt(s->rq_tail - atomic_load(&rq->head), rq->size);
-	r = rdmap_ring_slot(rq, s->rq_tail);
-	memset(r, 0, sizeof(*r));
-	r->wr_id = id;
-	r->num_sge = (uint8_t)n;
-	for (int i = 0; i < n; i++) {
-		r->sge[i] = sg[i];
-		r->length += sg[i].length;
-	}
-	s->rq_tail++;
-	atomic_store_explicit(&rq->tail, s->rq_tail, memory_order_release);
+	qp_rq_post_at(s->qp, s->rq_tail++, id, sg, n);
 }
 
 /* ---- expected completions ---- */
