@@ -234,7 +234,7 @@ void glue_answer_miss(struct glue_answer *a);
  * GLUE_POLL_WAIT_MAX_US microseconds: how long a thread that polls for
  * completions and finds none may wait for room in full sockets when
  * sends blocked on that room are all that its completions wait for
- * (glue_conns_wait_tx; glue_engine.c "Waiting for room").
+ * (glue_conns_wait_tx_at; glue_engine.c "Waiting for room").
  */
 #define GLUE_POLL_WAIT_ON_US   1000u
 #define GLUE_POLL_WAIT_MAX_US  10000u
@@ -246,7 +246,7 @@ void glue_answer_miss(struct glue_answer *a);
  */
 int glue_poll_wait_parse(const char *s, unsigned *us);
 
-/* The most connections one glue_conns_wait_tx call waits on. */
+/* The most connections one glue_conns_wait_tx_at call waits on. */
 #define GLUE_WAIT_MAX 8
 
 /*
@@ -261,17 +261,15 @@ int glue_poll_wait_parse(const char *s, unsigned *us);
  * waits to be sent, wait up to WISP_POLL_WAIT_US for room in any of them
  * (or octets to read on one with rx[i]), then send (receive) on the
  * calling thread. Otherwise return at once. Returns true if octets moved.
+ * now_ms: the caller's glue_poll_clock_ms() reading of this poll, as
+ * for glue_conn_recv_at (one clock reading per poll).
  */
-bool glue_conns_wait_tx(struct glue_conn *const *c, const bool *rx, int n);
-
-/* glue_conns_wait_tx with the caller's glue_poll_clock_ms() reading of
- * this poll (glue_conn_recv_at). */
 bool glue_conns_wait_tx_at(struct glue_conn *const *c, const bool *rx, int n,
 			   int64_t now_ms);
 
 /*
  * From a thread that polls for completions, found some, and calls
- * glue_conns_wait_tx on c whenever it finds none: it still does, so the
+ * glue_conns_wait_tx_at on c whenever it finds none: it still does, so the
  * engine keeps leaving c's queued sends to it; what a post left over
  * while the socket has room is sent now. Nothing on a TLS connection, or
  * with WISP_POLL_WAIT_US off.

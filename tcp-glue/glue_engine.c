@@ -725,7 +725,7 @@ static bool app_polls(const struct glue_conn *c)
 
 /* A polling thread sends for c: TLS, one sent for it within
  * GLUE_APP_POLL_MS; plaintext, a thread that waits for room on c when
- * its CQ is empty polled within GLUE_APP_POLL_MS (glue_conns_wait_tx,
+ * its CQ is empty polled within GLUE_APP_POLL_MS (glue_conns_wait_tx_at,
  * glue_conn_tx_polled; "Waiting for room"; not with zero-copy sends,
  * which are the engine's). */
 static bool app_sends(const struct glue_conn *c)
@@ -1959,7 +1959,7 @@ bool glue_conn_send_post(struct glue_conn *c)
  *
  * So an ibv_poll_cq that finds its CQ empty when every completion it can
  * get next waits on sends blocked by full sockets calls
- * glue_conns_wait_tx, which waits in ppoll() for room (POLLOUT: the
+ * glue_conns_wait_tx_at, which waits in ppoll() for room (POLLOUT: the
  * kernel reports it once a third of the send buffer is free, as it wakes
  * a blocked send()) and then sends on the calling thread, as TCP's
  * sender does. The wait is bounded by WISP_POLL_WAIT_US (1 ms by
@@ -1983,11 +1983,6 @@ bool glue_conn_send_post(struct glue_conn *c)
  * cannot close its socket meanwhile; an abort shuts the socket down
  * first, which ends the wait at once.
  */
-bool glue_conns_wait_tx(struct glue_conn *const *cs, const bool *rx, int n)
-{
-	return glue_conns_wait_tx_at(cs, rx, n, glue_poll_clock_ms());
-}
-
 /* glue_conns_wait_tx_at once something waits to be sent on one of cs:
  * send it, or wait for room. Apart, so that the common case, nothing
  * waiting, sets up none of its frame (issue 13: an empty poll's cost). */

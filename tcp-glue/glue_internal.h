@@ -92,7 +92,7 @@ struct glue_conn {
 	 * glue_conn_polled, glue_conn_send_poll): the engine leaves c's
 	 * sends to it meanwhile (glue_engine.c "TLS"). Plaintext: last
 	 * time a thread that waits for room on c when its CQ is empty
-	 * polled (glue_conns_wait_tx, glue_conn_tx_polled): the engine
+	 * polled (glue_conns_wait_tx_at, glue_conn_tx_polled): the engine
 	 * leaves c's queued sends to it meanwhile (glue_engine.c "Waiting
 	 * for room"). */
 	_Atomic int64_t app_tx_ms;

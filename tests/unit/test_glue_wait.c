@@ -172,11 +172,11 @@ static void fill(struct wt *t)
 	cr_assert_lt(t->sent, TOTAL);
 }
 
-/* glue_conns_wait_tx on t's connection alone; rx: the caller also
+/* glue_conns_wait_tx_at on t's connection alone; rx: the caller also
  * receives on it. */
 static bool wt_wait(struct wt *t, bool rx)
 {
-	return glue_conns_wait_tx(&t->c, &rx, 1);
+	return glue_conns_wait_tx_at(&t->c, &rx, 1, glue_poll_clock_ms());
 }
 
 /* What most cases start from: an engine with WISP_POLL_WAIT_US=setting,
