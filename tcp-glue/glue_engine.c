@@ -243,6 +243,9 @@ static bool ready_claim(struct glue_conn *c)
 	return !atomic_exchange(&c->queued, true);
 }
 
+static bool send_locked(struct glue_conn *c, bool post, size_t len);
+static bool send_direct(struct glue_conn *c, bool post, size_t len);
+
 /* ------------------------------------------------------------------ */
 /* Corking bursts                                                     */
 /* ------------------------------------------------------------------ */
@@ -381,30 +384,33 @@ static size_t cork_max(struct glue_conn *c)
 	return c->cork_limit;
 }
 
-/* Is this post's send of c->tx_iov[0..n) part of a burst, to go with
- * MSG_MORE? (tx_lock held) */
-static bool cork_burst(struct glue_conn *c, int n)
+/* Is this post, of len octets, part of a burst: to be held or to go
+ * with MSG_MORE? (tx_lock held) */
+static bool post_burst(struct glue_conn *c, size_t len)
 {
-	size_t len = 0, max;
-
 	if (!c->cork_ok)
 		return false;
 	/* Past the gap already when this thread last read the clock (a
 	 * ping-pong's poll for the answer does): a lone post, known without
 	 * reading the clock again before its send. Else the clock says. */
 	if (clock_seen_ns - c->cork_last_ns > c->e->cork_gap_ns ||
-	    now_ns() - c->cork_last_ns > c->e->cork_gap_ns) {
-		c->cork_streak = 0;
-		return false;
-	}
-	max = cork_max(c);
-	for (int i = 0; i < n && len <= max; i++)
-		len += c->tx_iov[i].iov_len;
-	if (len > max) {
+	    now_ns() - c->cork_last_ns > c->e->cork_gap_ns ||
+	    len > cork_max(c)) {
 		c->cork_streak = 0;
 		return false;
 	}
 	return ++c->cork_streak >= GLUE_CORK_STREAK;
+}
+
+/* May this burst's post of len octets wait for the next (tx_lock held)? */
+static bool post_hold(struct glue_conn *c, size_t len)
+{
+	if (c->hold_n + 1 >= GLUE_HOLD_POSTS ||
+	    c->hold_bytes + len >= GLUE_HOLD_BYTES)
+		return false;
+	c->hold_n++;
+	c->hold_bytes += len;
+	return true;
 }
 
 /* The engine has a look due at the listed connections, or will see c
@@ -461,6 +467,13 @@ static void cork_push(struct glue_conn *c)
 {
 	if (!atomic_load(&c->corked) || pthread_mutex_trylock(&c->tx_lock))
 		return;
+	if (c->hold_n) {
+		/* Posts held: sent now, without MSG_MORE, which pushes a
+		 * held tail too. */
+		glue_stat_tx_push(c, false);
+		send_locked(c, false, 0);
+		return;
+	}
 	cork_push_locked(c, false);
 	glue_tx_unlock(c);
 }
@@ -511,6 +524,14 @@ static void cork_push_listed(struct glue_engine *e)
 		/* Unlisted before the look at corked: a send that corks
 		 * after it lists c again. */
 		atomic_store(&c->cork_listed, false);
+		if (c->hold_n) {
+			/* Posts held: the engine's own send takes them. */
+			glue_stat_tx_push(c, true);
+			atomic_store(&c->tx_more, true);
+			glue_tx_unlock(c);
+			ready_push(c);
+			continue;
+		}
 		cork_push_locked(c, true);
 		glue_tx_unlock(c);
 	}
@@ -749,7 +770,6 @@ void glue_conn_polled(struct glue_conn *c)
 				      memory_order_relaxed);
 }
 
-static bool send_direct(struct glue_conn *c, bool post);
 
 void glue_conn_tx_polled(struct glue_conn *c)
 {
@@ -760,7 +780,7 @@ void glue_conn_tx_polled(struct glue_conn *c)
 	/* Left over from a post (the engine leaves it to this thread) and
 	 * room for it, as far as we know: send it now. */
 	if (atomic_load(&c->tx_more) && !atomic_load(&c->tx_full))
-		send_direct(c, false);
+		send_direct(c, false, 0);
 }
 
 void glue_conn_send_poll(struct glue_conn *c)
@@ -958,6 +978,8 @@ static int conn_tx_fill(struct glue_conn *c)
 {
 	int n = c->ops->tx_fill(c->arg, c->tx_iov, c->tx_iov_cap);
 
+	c->hold_n = 0;            /* what was held is in this fill */
+	c->hold_bytes = 0;
 	if (n > 0)
 		conn_mark_active(c);
 	if (n == c->tx_iov_cap && c->tx_iov == c->tx_iov_small) {
@@ -1819,10 +1841,12 @@ static ssize_t conn_send_plain(struct glue_conn *c, int n, int flags)
 	return sendmsg(c->fd, &c->tx_msg, flags);
 }
 
-/* A direct send on the calling thread (glue_conn_send_now); post: the
- * thread has just posted, and a burst of posts corks; it may then wait
- * for the answer (answer_wait). */
-static bool send_direct(struct glue_conn *c, bool post)
+/* A direct send on the calling thread (glue_conn_send_now), tx_lock
+ * held; it lets go of it. post: the thread has just posted len octets,
+ * and a burst of posts is held or corks; it may then wait for the
+ * answer (answer_wait). Returns true if the post needs nothing more from
+ * the engine: sent, or held. */
+static bool send_locked(struct glue_conn *c, bool post, size_t len)
 {
 	ssize_t n;
 	size_t offered = 0;
@@ -1830,14 +1854,6 @@ static bool send_direct(struct glue_conn *c, bool post)
 	int64_t post_end = 0, wait = 0, sent_ns = 0;
 	bool sent = false, more = false, cork = false;
 
-	/* Busy: the engine is at it and will see the kick. */
-	if (pthread_mutex_trylock(&c->tx_lock)) {
-		if (post) {
-			glue_answer_post(&c->ans, 0, false);
-			answer_release(c);
-		}
-		return false;
-	}
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
 	/* A post while the socket is full and a polling thread waits for
@@ -1847,6 +1863,20 @@ static bool send_direct(struct glue_conn *c, bool post)
 	    tx_left_to_poller(c)) {
 		more = true;
 		goto out;
+	}
+	if (post) {
+		cork = post_burst(c, len);
+		if (cork && post_hold(c, len)) {
+			/* Held: the next post's send, or a push, takes it. */
+			c->cork_last_ns = mono_ns();
+			glue_stat_tx_held(c);
+			if (!atomic_load_explicit(&c->corked,
+						  memory_order_relaxed))
+				atomic_store(&c->corked, true);
+			cork_list_add(c);
+			sent = true;
+			goto out;
+		}
 	}
 	/* What tx_fill has is taken now; more is set again below if any
 	 * is left. Only a true is cleared: a locked exchange (~8 ns) on the
@@ -1873,7 +1903,6 @@ static bool send_direct(struct glue_conn *c, bool post)
 		n = conn_tls_send(c, niov);
 		err = errno;
 	} else {
-		cork = post && cork_burst(c, niov);
 		n = conn_send_plain(c, niov, MSG_DONTWAIT | MSG_NOSIGNAL |
 				    (cork ? MSG_MORE : 0));
 		err = errno;
@@ -1884,7 +1913,7 @@ static bool send_direct(struct glue_conn *c, bool post)
 		cork_sent(c, cork, n);
 		/* Not kept in clock_seen_ns (a thread variable, looked up
 		 * by __tls_get_addr in a shared library): as cork_last_ns
-		 * too, it could never tell the next post's cork_burst that
+		 * too, it could never tell the next post's post_burst that
 		 * the gap has passed. */
 		if (post && c->cork_ok)
 			c->cork_last_ns = sent_ns = mono_ns();
@@ -1932,14 +1961,27 @@ out:
 	return sent;
 }
 
-bool glue_conn_send_now(struct glue_conn *c)
+static bool send_direct(struct glue_conn *c, bool post, size_t len)
 {
-	return send_direct(c, false);
+	/* Busy: the engine is at it and will see the kick. */
+	if (pthread_mutex_trylock(&c->tx_lock)) {
+		if (post) {
+			glue_answer_post(&c->ans, 0, false);
+			answer_release(c);
+		}
+		return false;
+	}
+	return send_locked(c, post, len);
 }
 
-bool glue_conn_send_post(struct glue_conn *c)
+bool glue_conn_send_now(struct glue_conn *c)
 {
-	return send_direct(c, true);
+	return send_direct(c, false, 0);
+}
+
+bool glue_conn_send_post(struct glue_conn *c, size_t len)
+{
+	return send_direct(c, true, len);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1999,7 +2041,7 @@ conns_tx_waiting(struct glue_conn *const *cs, const bool *rx, int n,
 	for (int i = 0; i < n; i++)
 		if (atomic_load(&cs[i]->tx_more) &&
 		    !atomic_load(&cs[i]->tx_full) && !conn_stopped(cs[i]))
-			moved |= send_direct(cs[i], false);
+			moved |= send_direct(cs[i], false, 0);
 	if (moved)
 		return true;
 	for (int i = 0; i < n; i++)
@@ -2041,7 +2083,7 @@ conns_tx_waiting(struct glue_conn *const *cs, const bool *rx, int n,
 		/* An error or hang-up: the send reports it (the engine
 		 * takes over from there: tx_full is clear after it). */
 		if (ev & (POLLOUT | POLLERR | POLLHUP))
-			moved |= send_direct(cs[i], false);
+			moved |= send_direct(cs[i], false, 0);
 		if ((ev & (POLLIN | POLLERR | POLLHUP)) && rx && rx[i])
 			moved |= glue_conn_recv_now(cs[i]);
 	}
