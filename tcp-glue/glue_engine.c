@@ -258,34 +258,46 @@ static bool send_direct(struct glue_conn *c, bool post, size_t len);
  * and a wake-up of the peer's engine, where a TCP program with Nagle's
  * algorithm sends few large segments (docs/performance-log.md "WRITE 4 KiB:
  * where the time goes"). So once a post is the GLUE_CORK_STREAK-th in a
- * row of small sends made within WISP_SEND_CORK of the end of the one
- * before, it still goes to the kernel at once, on the posting thread,
- * but with MSG_MORE: the kernel adds it to the socket's last partial
- * segment and transmits full segments only. Small: at most half the
- * socket's MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
- * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet
- * MTU they do not (corking them there made WRITE 4 KiB over veth several
+ * row of small posts made within WISP_SEND_CORK of the end of the one
+ * before (post_burst), it is held: its WR stays in the owner's queue,
+ * unsent, and the post returns (post_hold). The post that would hold
+ * GLUE_HOLD_POSTS posts or GLUE_HOLD_BYTES octets sends them all in one
+ * fill and one sendmsg, on the posting thread, with MSG_MORE: the
+ * kernel adds them to the socket's last partial segment and transmits
+ * full segments only. One system call per group, not per WR: the
+ * posting thread's sendmsg per 4 KiB WRITE was what limited the stream
+ * (a CPU, most of it in the kernel). Small: at most half the socket's
+ * MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
+ * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs are held, over a 1500-octet
+ * MTU they are not (corking them there made WRITE 4 KiB over veth several
  * times slower; docs/performance-log.md). A lone post, a ping-pong's, and
  * sends from elsewhere (a polling thread's Read Responses, the engine's)
- * never cork. TLS connections never do (a record per send).
+ * never hold or cork. TLS connections never do (a record per send).
  *
  * Linux holds such a tail until a send without MSG_MORE, an
  * acknowledgement while other data is in flight, a TCP_NODELAY
  * setsockopt (which pushes what is pending), or its probe timer (200 ms
- * and more). So whoever waits pushes it, with the setsockopt, and only
+ * and more). So whoever waits pushes it, with the setsockopt, or sends
+ * the posts held, without MSG_MORE (which pushes the tail too), and only
  * when something may be held (c->corked):
  *
  * - the posting thread's next send without MSG_MORE sends it too;
  * - a poller that finds its CQ empty (glue_conn_recv_now,
  *   glue_conn_send_poll) and one that arms its CQ to sleep
- *   (glue_conn_release) push it;
+ *   (glue_conn_release) push it (cork_push);
  * - the engine, as a backstop for a program that posts a burst and then
  *   neither polls nor posts: the posting thread lists c on e->cork_new
- *   the first time it corks since the engine last looked, and the
- *   engine, while anything is listed, looks every GLUE_CORK_TICK_MS and
- *   pushes what is still held (cork_tick). A listing wakes the engine
+ *   the first time it holds or corks since the engine last looked, and
+ *   the engine, while anything is listed, looks every GLUE_CORK_TICK_MS
+ *   and pushes what is still held, or sends the posts held with its own
+ *   send (cork_tick). A listing wakes the engine
  *   only when no look is due (cork_ticking), so a stream of bursts
  *   costs it one wake-up per tick, not one per burst.
+ *
+ * Any fill takes what was held (conn_tx_fill clears hold_n): the posts
+ * held are the owner's queued WRs, and whoever sends next sends them;
+ * the engine takes them whenever it looks at c's sends (pump_tx), so a
+ * graceful close sends them before its FIN.
  *
  * corked and cork_listed are written under tx_lock only (the posting
  * thread sets them around its sendmsg; a pusher clears corked, the
@@ -2285,6 +2297,10 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 			return;
 		atomic_store(&c->tx_handoff, false);
 	}
+	/* Posts held (a burst's): this send takes them, and a graceful
+	 * close sends them before it half-closes. */
+	if (c->hold_n)
+		atomic_store(&c->tx_more, true);
 	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
 

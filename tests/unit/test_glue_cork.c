@@ -247,6 +247,22 @@ Test(glue_cork, empty_receiving_poll_sends_held_posts, .timeout = 60)
 	poller_pushes(call_recv_now, true);
 }
 
+/* A graceful close right after a burst that ends with posts held: they
+ * reach the peer before the end. */
+Test(glue_cork, graceful_close_sends_held_posts, .timeout = 60)
+{
+	struct ct t;
+
+	ct_start(&t, GLUE_EPOLL, "1000");
+	engine_hold(&t.hold, t.e);
+	ct_burst(&t, true, true);
+	ct_hold_tail(&t);
+	glue_conn_close(t.c, 0, true);
+	engine_let_go(&t.hold);
+	ct_read_all(&t);
+	ct_finish(&t);
+}
+
 /* No cork without posts, with the setting off, or for sends of more
  * than half the MSS; the octets arrive with the engine held, sent by
  * each call itself. */
