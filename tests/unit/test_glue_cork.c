@@ -132,8 +132,8 @@ static void ct_hold_tail(struct ct *t)
 		if (ST(t, tx_held) > before)
 			return;
 	}
-	cr_assert_fail("none of %d posts after the burst was held",
-		       HOLD_TRIES);
+	cr_assert(false, "none of %d posts after the burst was held",
+		  HOLD_TRIES);
 }
 
 /* Every octet posted, at the peer, checked; how long it took (us). */

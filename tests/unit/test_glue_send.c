@@ -281,7 +281,7 @@ Test(glue_send, held_burst_goes_in_few_sends, .timeout = 60)
 	for (int i = 0; i < n; i++) {
 		int chunks = (int)(calls[i].len / CHUNK);
 
-		cr_assert_eq(calls[i].ret, calls[i].len);
+		cr_assert_eq(calls[i].ret, (long)calls[i].len);
 		cr_assert_eq(calls[i].flags & ~MSG_MORE, base_flags);
 		cr_assert_leq(chunks, GLUE_HOLD_POSTS);
 		if (calls[i].flags & MSG_MORE) {
