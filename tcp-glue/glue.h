@@ -153,16 +153,21 @@ int glue_send_zc_parse(const char *s, size_t *min);
 
 /*
  * WISP_SEND_CORK: on (the default: GLUE_SEND_CORK_ON_US), off, or 1 ..
- * GLUE_SEND_CORK_MAX_US microseconds. A post's send on a plaintext
- * connection (glue_conn_send_post) that comes within that long of the
- * end of the connection's last post, the third or later in such a row
- * of sends of at most half the socket's MSS (and 16 KiB), goes with
- * MSG_MORE: the kernel sends full segments only and holds the tail
- * until a later send without it, or a push (glue_engine.c "Corking
- * bursts").
+ * GLUE_SEND_CORK_MAX_US microseconds. A post on a plaintext connection
+ * (glue_conn_send_post) that comes within that long of the end of the
+ * connection's last post, the third or later in such a row of posts of
+ * at most half the socket's MSS (and 16 KiB) each, is part of a burst:
+ * it is held, not sent, while fewer than GLUE_HOLD_POSTS posts and
+ * GLUE_HOLD_BYTES octets are held; the post that reaches either sends
+ * them all in one sendmsg with MSG_MORE, so that the kernel sends full
+ * segments only and holds the tail. What is held, here or in the
+ * kernel, goes with a later send without MSG_MORE, or a push
+ * (glue_engine.c "Corking bursts").
  */
 #define GLUE_SEND_CORK_ON_US   2u
 #define GLUE_SEND_CORK_MAX_US  1000u
+#define GLUE_HOLD_POSTS        8
+#define GLUE_HOLD_BYTES        32768u
 
 /*
  * Parse a WISP_SEND_CORK value: "on", "off", or decimal digits only (no
@@ -356,9 +361,11 @@ void glue_conn_kick(struct glue_conn *c);
 bool glue_conn_send_now(struct glue_conn *c);
 
 /*
- * glue_conn_send_now, from a thread that has just posted a WR on c: the
- * posts are counted, and a burst of small ones is sent with MSG_MORE
- * (WISP_SEND_CORK). What that holds back goes out with the next send
+ * glue_conn_send_now, from a thread that has just posted WRs of len
+ * payload octets on c (a READ's count none): the posts are counted, and
+ * a burst of small ones is held and sent in groups with MSG_MORE
+ * (WISP_SEND_CORK); true then for a held post too, which needs nothing
+ * from the engine. What that holds back goes out with the next send
  * without it, when the poller finds nothing (glue_conn_recv_now,
  * glue_conn_send_poll), when it arms its CQ (glue_conn_release), and in
  * any case within about 2 ms (the engine looks every millisecond).
@@ -367,7 +374,7 @@ bool glue_conn_send_now(struct glue_conn *c);
  * time, so that a program watching memory for it finds it there without
  * a wake-up of the engine; no lock is held while it waits.
  */
-bool glue_conn_send_post(struct glue_conn *c);
+bool glue_conn_send_post(struct glue_conn *c, size_t len);
 
 /*
  * From any thread: receive and process what the socket holds right now

@@ -243,6 +243,9 @@ static bool ready_claim(struct glue_conn *c)
 	return !atomic_exchange(&c->queued, true);
 }
 
+static bool send_locked(struct glue_conn *c, bool post, size_t len);
+static bool send_direct(struct glue_conn *c, bool post, size_t len);
+
 /* ------------------------------------------------------------------ */
 /* Corking bursts                                                     */
 /* ------------------------------------------------------------------ */
@@ -255,34 +258,46 @@ static bool ready_claim(struct glue_conn *c)
  * and a wake-up of the peer's engine, where a TCP program with Nagle's
  * algorithm sends few large segments (docs/performance-log.md "WRITE 4 KiB:
  * where the time goes"). So once a post is the GLUE_CORK_STREAK-th in a
- * row of small sends made within WISP_SEND_CORK of the end of the one
- * before, it still goes to the kernel at once, on the posting thread,
- * but with MSG_MORE: the kernel adds it to the socket's last partial
- * segment and transmits full segments only. Small: at most half the
- * socket's MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
- * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs cork, over a 1500-octet
- * MTU they do not (corking them there made WRITE 4 KiB over veth several
+ * row of small posts made within WISP_SEND_CORK of the end of the one
+ * before (post_burst), it is held: its WR stays in the owner's queue,
+ * unsent, and the post returns (post_hold). The post that would hold
+ * GLUE_HOLD_POSTS posts or GLUE_HOLD_BYTES octets sends them all in one
+ * fill and one sendmsg, on the posting thread, with MSG_MORE: the
+ * kernel adds them to the socket's last partial segment and transmits
+ * full segments only. One system call per group, not per WR: the
+ * posting thread's sendmsg per 4 KiB WRITE was what limited the stream
+ * (a CPU, most of it in the kernel). Small: at most half the socket's
+ * MSS (and GLUE_CORK_MAX_BYTES), so that at least two fit in a
+ * segment: on loopback (MSS 64 KiB) 4 KiB WRITEs are held, over a 1500-octet
+ * MTU they are not (corking them there made WRITE 4 KiB over veth several
  * times slower; docs/performance-log.md). A lone post, a ping-pong's, and
  * sends from elsewhere (a polling thread's Read Responses, the engine's)
- * never cork. TLS connections never do (a record per send).
+ * never hold or cork. TLS connections never do (a record per send).
  *
  * Linux holds such a tail until a send without MSG_MORE, an
  * acknowledgement while other data is in flight, a TCP_NODELAY
  * setsockopt (which pushes what is pending), or its probe timer (200 ms
- * and more). So whoever waits pushes it, with the setsockopt, and only
+ * and more). So whoever waits pushes it, with the setsockopt, or sends
+ * the posts held, without MSG_MORE (which pushes the tail too), and only
  * when something may be held (c->corked):
  *
  * - the posting thread's next send without MSG_MORE sends it too;
  * - a poller that finds its CQ empty (glue_conn_recv_now,
  *   glue_conn_send_poll) and one that arms its CQ to sleep
- *   (glue_conn_release) push it;
+ *   (glue_conn_release) push it (cork_push);
  * - the engine, as a backstop for a program that posts a burst and then
  *   neither polls nor posts: the posting thread lists c on e->cork_new
- *   the first time it corks since the engine last looked, and the
- *   engine, while anything is listed, looks every GLUE_CORK_TICK_MS and
- *   pushes what is still held (cork_tick). A listing wakes the engine
+ *   the first time it holds or corks since the engine last looked, and
+ *   the engine, while anything is listed, looks every GLUE_CORK_TICK_MS
+ *   and pushes what is still held, or sends the posts held with its own
+ *   send (cork_tick). A listing wakes the engine
  *   only when no look is due (cork_ticking), so a stream of bursts
  *   costs it one wake-up per tick, not one per burst.
+ *
+ * Any fill takes what was held (conn_tx_fill clears hold_n): the posts
+ * held are the owner's queued WRs, and whoever sends next sends them;
+ * the engine takes them whenever it looks at c's sends (pump_tx), so a
+ * graceful close sends them before its FIN.
  *
  * corked and cork_listed are written under tx_lock only (the posting
  * thread sets them around its sendmsg; a pusher clears corked, the
@@ -381,30 +396,33 @@ static size_t cork_max(struct glue_conn *c)
 	return c->cork_limit;
 }
 
-/* Is this post's send of c->tx_iov[0..n) part of a burst, to go with
- * MSG_MORE? (tx_lock held) */
-static bool cork_burst(struct glue_conn *c, int n)
+/* Is this post, of len octets, part of a burst: to be held or to go
+ * with MSG_MORE? (tx_lock held) */
+static bool post_burst(struct glue_conn *c, size_t len)
 {
-	size_t len = 0, max;
-
 	if (!c->cork_ok)
 		return false;
 	/* Past the gap already when this thread last read the clock (a
 	 * ping-pong's poll for the answer does): a lone post, known without
 	 * reading the clock again before its send. Else the clock says. */
 	if (clock_seen_ns - c->cork_last_ns > c->e->cork_gap_ns ||
-	    now_ns() - c->cork_last_ns > c->e->cork_gap_ns) {
-		c->cork_streak = 0;
-		return false;
-	}
-	max = cork_max(c);
-	for (int i = 0; i < n && len <= max; i++)
-		len += c->tx_iov[i].iov_len;
-	if (len > max) {
+	    now_ns() - c->cork_last_ns > c->e->cork_gap_ns ||
+	    len > cork_max(c)) {
 		c->cork_streak = 0;
 		return false;
 	}
 	return ++c->cork_streak >= GLUE_CORK_STREAK;
+}
+
+/* May this burst's post of len octets wait for the next (tx_lock held)? */
+static bool post_hold(struct glue_conn *c, size_t len)
+{
+	if (c->hold_n + 1 >= GLUE_HOLD_POSTS ||
+	    c->hold_bytes + len >= GLUE_HOLD_BYTES)
+		return false;
+	c->hold_n++;
+	c->hold_bytes += len;
+	return true;
 }
 
 /* The engine has a look due at the listed connections, or will see c
@@ -461,6 +479,13 @@ static void cork_push(struct glue_conn *c)
 {
 	if (!atomic_load(&c->corked) || pthread_mutex_trylock(&c->tx_lock))
 		return;
+	if (c->hold_n) {
+		/* Posts held: sent now, without MSG_MORE, which pushes a
+		 * held tail too. */
+		glue_stat_tx_push(c, false);
+		send_locked(c, false, 0);
+		return;
+	}
 	cork_push_locked(c, false);
 	glue_tx_unlock(c);
 }
@@ -511,6 +536,14 @@ static void cork_push_listed(struct glue_engine *e)
 		/* Unlisted before the look at corked: a send that corks
 		 * after it lists c again. */
 		atomic_store(&c->cork_listed, false);
+		if (c->hold_n) {
+			/* Posts held: the engine's own send takes them. */
+			glue_stat_tx_push(c, true);
+			atomic_store(&c->tx_more, true);
+			glue_tx_unlock(c);
+			ready_push(c);
+			continue;
+		}
 		cork_push_locked(c, true);
 		glue_tx_unlock(c);
 	}
@@ -749,7 +782,6 @@ void glue_conn_polled(struct glue_conn *c)
 				      memory_order_relaxed);
 }
 
-static bool send_direct(struct glue_conn *c, bool post);
 
 void glue_conn_tx_polled(struct glue_conn *c)
 {
@@ -760,7 +792,7 @@ void glue_conn_tx_polled(struct glue_conn *c)
 	/* Left over from a post (the engine leaves it to this thread) and
 	 * room for it, as far as we know: send it now. */
 	if (atomic_load(&c->tx_more) && !atomic_load(&c->tx_full))
-		send_direct(c, false);
+		send_direct(c, false, 0);
 }
 
 void glue_conn_send_poll(struct glue_conn *c)
@@ -958,6 +990,8 @@ static int conn_tx_fill(struct glue_conn *c)
 {
 	int n = c->ops->tx_fill(c->arg, c->tx_iov, c->tx_iov_cap);
 
+	c->hold_n = 0;            /* what was held is in this fill */
+	c->hold_bytes = 0;
 	if (n > 0)
 		conn_mark_active(c);
 	if (n == c->tx_iov_cap && c->tx_iov == c->tx_iov_small) {
@@ -1819,10 +1853,12 @@ static ssize_t conn_send_plain(struct glue_conn *c, int n, int flags)
 	return sendmsg(c->fd, &c->tx_msg, flags);
 }
 
-/* A direct send on the calling thread (glue_conn_send_now); post: the
- * thread has just posted, and a burst of posts corks; it may then wait
- * for the answer (answer_wait). */
-static bool send_direct(struct glue_conn *c, bool post)
+/* A direct send on the calling thread (glue_conn_send_now), tx_lock
+ * held; it lets go of it. post: the thread has just posted len octets,
+ * and a burst of posts is held or corks; it may then wait for the
+ * answer (answer_wait). Returns true if the post needs nothing more from
+ * the engine: sent, or held. */
+static bool send_locked(struct glue_conn *c, bool post, size_t len)
 {
 	ssize_t n;
 	size_t offered = 0;
@@ -1830,14 +1866,6 @@ static bool send_direct(struct glue_conn *c, bool post)
 	int64_t post_end = 0, wait = 0, sent_ns = 0;
 	bool sent = false, more = false, cork = false;
 
-	/* Busy: the engine is at it and will see the kick. */
-	if (pthread_mutex_trylock(&c->tx_lock)) {
-		if (post) {
-			glue_answer_post(&c->ans, 0, false);
-			answer_release(c);
-		}
-		return false;
-	}
 	if (c->tx_busy || conn_state(c) != GLUE_CONN_OPEN)
 		goto out;
 	/* A post while the socket is full and a polling thread waits for
@@ -1847,6 +1875,20 @@ static bool send_direct(struct glue_conn *c, bool post)
 	    tx_left_to_poller(c)) {
 		more = true;
 		goto out;
+	}
+	if (post) {
+		cork = post_burst(c, len);
+		if (cork && post_hold(c, len)) {
+			/* Held: the next post's send, or a push, takes it. */
+			c->cork_last_ns = mono_ns();
+			glue_stat_tx_held(c);
+			if (!atomic_load_explicit(&c->corked,
+						  memory_order_relaxed))
+				atomic_store(&c->corked, true);
+			cork_list_add(c);
+			sent = true;
+			goto out;
+		}
 	}
 	/* What tx_fill has is taken now; more is set again below if any
 	 * is left. Only a true is cleared: a locked exchange (~8 ns) on the
@@ -1873,7 +1915,6 @@ static bool send_direct(struct glue_conn *c, bool post)
 		n = conn_tls_send(c, niov);
 		err = errno;
 	} else {
-		cork = post && cork_burst(c, niov);
 		n = conn_send_plain(c, niov, MSG_DONTWAIT | MSG_NOSIGNAL |
 				    (cork ? MSG_MORE : 0));
 		err = errno;
@@ -1884,7 +1925,7 @@ static bool send_direct(struct glue_conn *c, bool post)
 		cork_sent(c, cork, n);
 		/* Not kept in clock_seen_ns (a thread variable, looked up
 		 * by __tls_get_addr in a shared library): as cork_last_ns
-		 * too, it could never tell the next post's cork_burst that
+		 * too, it could never tell the next post's post_burst that
 		 * the gap has passed. */
 		if (post && c->cork_ok)
 			c->cork_last_ns = sent_ns = mono_ns();
@@ -1932,14 +1973,27 @@ out:
 	return sent;
 }
 
-bool glue_conn_send_now(struct glue_conn *c)
+static bool send_direct(struct glue_conn *c, bool post, size_t len)
 {
-	return send_direct(c, false);
+	/* Busy: the engine is at it and will see the kick. */
+	if (pthread_mutex_trylock(&c->tx_lock)) {
+		if (post) {
+			glue_answer_post(&c->ans, 0, false);
+			answer_release(c);
+		}
+		return false;
+	}
+	return send_locked(c, post, len);
 }
 
-bool glue_conn_send_post(struct glue_conn *c)
+bool glue_conn_send_now(struct glue_conn *c)
 {
-	return send_direct(c, true);
+	return send_direct(c, false, 0);
+}
+
+bool glue_conn_send_post(struct glue_conn *c, size_t len)
+{
+	return send_direct(c, true, len);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1999,7 +2053,7 @@ conns_tx_waiting(struct glue_conn *const *cs, const bool *rx, int n,
 	for (int i = 0; i < n; i++)
 		if (atomic_load(&cs[i]->tx_more) &&
 		    !atomic_load(&cs[i]->tx_full) && !conn_stopped(cs[i]))
-			moved |= send_direct(cs[i], false);
+			moved |= send_direct(cs[i], false, 0);
 	if (moved)
 		return true;
 	for (int i = 0; i < n; i++)
@@ -2041,7 +2095,7 @@ conns_tx_waiting(struct glue_conn *const *cs, const bool *rx, int n,
 		/* An error or hang-up: the send reports it (the engine
 		 * takes over from there: tx_full is clear after it). */
 		if (ev & (POLLOUT | POLLERR | POLLHUP))
-			moved |= send_direct(cs[i], false);
+			moved |= send_direct(cs[i], false, 0);
 		if ((ev & (POLLIN | POLLERR | POLLHUP)) && rx && rx[i])
 			moved |= glue_conn_recv_now(cs[i]);
 	}
@@ -2243,6 +2297,10 @@ static void pump_tx(struct glue_engine *e, struct glue_conn *c)
 			return;
 		atomic_store(&c->tx_handoff, false);
 	}
+	/* Posts held (a burst's): this send takes them, and a graceful
+	 * close sends them before it half-closes. */
+	if (c->hold_n)
+		atomic_store(&c->tx_more, true);
 	for (int i = 0; i < 16 && !c->tx_busy && !conn_stopped(c); i++) {
 		int n;
 

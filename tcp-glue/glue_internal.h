@@ -178,6 +178,8 @@ struct glue_conn {
 	int64_t cork_last_ns;
 	atomic_bool corked;
 	atomic_bool cork_listed;
+	int hold_n;               /* posts held, not yet filled */
+	size_t hold_bytes;        /* their octets */
 	struct glue_conn *cnext;
 };
 
@@ -202,6 +204,7 @@ void glue_stat_post_wait(struct glue_conn *c, bool hit);
 /* A posting thread sent with MSG_MORE; a held tail was pushed (engine:
  * by the engine's backstop). */
 void glue_stat_tx_corked(struct glue_conn *c);
+void glue_stat_tx_held(struct glue_conn *c);
 void glue_stat_tx_push(struct glue_conn *c, bool engine);
 /* A polling thread waited for room on c (tx_lock held); woken: room or
  * octets came before the time ran out. */

@@ -178,6 +178,11 @@ void glue_stat_tx_corked(struct glue_conn *c)
 	ADD(stats(c)->tx_corked, 1);
 }
 
+void glue_stat_tx_held(struct glue_conn *c)
+{
+	ADD(stats(c)->tx_held, 1);
+}
+
 void glue_stat_tx_push(struct glue_conn *c, bool engine)
 {
 	struct glue_conn_stats *st = stats(c);

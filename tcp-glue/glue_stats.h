@@ -34,6 +34,7 @@ struct glue_conn_stats {
 	/* Corked bursts (WISP_SEND_CORK, glue_engine.c "Corking bursts"),
 	 * under tx_lock. */
 	_Atomic uint64_t tx_corked;    /* posting thread sends with MSG_MORE */
+	_Atomic uint64_t tx_held;      /* posts held for the next send */
 	_Atomic uint64_t tx_pushes;    /* held tails pushed (TCP_NODELAY set
 					* again), by any thread */
 	_Atomic uint64_t tx_push_engine; /* of those, by the engine's

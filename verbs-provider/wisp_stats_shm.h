@@ -36,7 +36,7 @@
 #include "rdmap_qp_stats.h"
 
 #define WISP_STATS_MAGIC    0x5453534950534957ULL   /* "WISPSSTT" */
-#define WISP_STATS_VERSION  4
+#define WISP_STATS_VERSION  5
 #define WISP_STATS_MAX_DEV  16
 #define WISP_STATS_MAX_QP   1024
 
@@ -153,6 +153,7 @@ static const struct wisp_stats_field wisp_stats_fields[] = {
 	WISP_STATS_F("sock_rx_empty", sock.rx_empty),
 	WISP_STATS_F("sock_rx_busy_hits", sock.rx_busy_hits),
 	WISP_STATS_F("sock_tx_corked", sock.tx_corked),
+	WISP_STATS_F("sock_tx_held", sock.tx_held),
 	WISP_STATS_F("sock_tx_pushes", sock.tx_pushes),
 	WISP_STATS_F("sock_tx_push_engine", sock.tx_push_engine),
 	WISP_STATS_F("sock_rx_post_waits", sock.rx_post_waits),

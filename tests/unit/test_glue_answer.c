@@ -392,7 +392,7 @@ static bool at_post(struct at *t)
 	size_t want = atomic_load(&t->got) + MSG;
 
 	atomic_store(&t->pending, true);
-	if (!glue_conn_send_post(t->c))
+	if (!glue_conn_send_post(t->c, MSG))
 		glue_conn_kick(t->c);
 	return atomic_load(&t->got) >= want;
 }

@@ -37,8 +37,9 @@
 
 #define POSTS 64
 #define MAX_POSTS (4 * POSTS)
+#define HOLD_TRIES 64             /* posts to end a burst held */
 #define CHUNK 100
-#define TOTAL (MAX_POSTS * CHUNK)
+#define TOTAL ((MAX_POSTS + HOLD_TRIES) * CHUNK)
 
 struct ct {
 	struct glue_engine *e;
@@ -107,7 +108,7 @@ static int ct_burst(struct ct *t, bool post, bool expect_cork)
 		before = ST(t, tx_corked);
 
 		atomic_fetch_add(&t->q.queued, CHUNK);
-		if (!(post ? glue_conn_send_post(t->c) :
+		if (!(post ? glue_conn_send_post(t->c, CHUNK) :
 		      glue_conn_send_now(t->c)))
 			glue_conn_kick(t->c);
 		corked = ST(t, tx_corked) > before;
@@ -117,14 +118,33 @@ static int ct_burst(struct ct *t, bool post, bool expect_cork)
 	return i;
 }
 
+/* After a burst: more posts until one is held (GLUE_HOLD_POSTS), not
+ * sent, so that the burst ends with posts held in the queue rather than
+ * a tail held by the kernel. */
+static void ct_hold_tail(struct ct *t)
+{
+	for (int i = 0; i < HOLD_TRIES; i++) {
+		uint64_t before = ST(t, tx_held);
+
+		atomic_fetch_add(&t->q.queued, CHUNK);
+		if (!glue_conn_send_post(t->c, CHUNK))
+			glue_conn_kick(t->c);
+		if (ST(t, tx_held) > before)
+			return;
+	}
+	cr_assert(false, "none of %d posts after the burst was held",
+		  HOLD_TRIES);
+}
+
 /* Every octet posted, at the peer, checked; how long it took (us). */
 static int64_t ct_read_all(struct ct *t)
 {
 	return glue_queue_read_all(&t->q, t->peer, pattern);
 }
 
-/* Nobody polls after the burst: the engine pushes the tail. */
-static void backstop(enum glue_kind kind)
+/* Nobody polls after the burst: the engine pushes the tail, or sends
+ * the posts held (held). */
+static void backstop(enum glue_kind kind, bool held)
 {
 	struct ct t;
 	int64_t us;
@@ -132,6 +152,8 @@ static void backstop(enum glue_kind kind)
 
 	ct_start(&t, kind, "1000");
 	posts = ct_burst(&t, true, true);
+	if (held)
+		ct_hold_tail(&t);
 	us = ct_read_all(&t);
 	for (int64_t end = ms_now() + 10000;
 	     ms_now() < end && !ST(&t, tx_push_engine);)
@@ -149,22 +171,35 @@ static void backstop(enum glue_kind kind)
 
 Test(glue_cork, engine_pushes_tail_uring, .timeout = 60)
 {
-	backstop(GLUE_URING);
+	backstop(GLUE_URING, false);
 }
 
 Test(glue_cork, engine_pushes_tail_epoll, .timeout = 60)
 {
-	backstop(GLUE_EPOLL);
+	backstop(GLUE_EPOLL, false);
 }
 
-/* The engine is held: the poller's call is what pushes the tail. */
-static void poller_pushes(void (*wait_call)(struct glue_conn *))
+Test(glue_cork, engine_sends_held_posts_uring, .timeout = 60)
+{
+	backstop(GLUE_URING, true);
+}
+
+Test(glue_cork, engine_sends_held_posts_epoll, .timeout = 60)
+{
+	backstop(GLUE_EPOLL, true);
+}
+
+/* The engine is held: the poller's call is what pushes the tail, or
+ * sends the posts held (held); nothing else could send them. */
+static void poller_pushes(void (*wait_call)(struct glue_conn *), bool held)
 {
 	struct ct t;
 
 	ct_start(&t, GLUE_EPOLL, "1000");
 	engine_hold(&t.hold, t.e);
 	ct_burst(&t, true, true);
+	if (held)
+		ct_hold_tail(&t);
 	cr_assert_eq(ST(&t, tx_pushes), 0);
 	wait_call(t.c);
 	cr_assert_eq(ST(&t, tx_pushes), 1, "the call pushed nothing");
@@ -184,17 +219,48 @@ static void call_recv_now(struct glue_conn *c)
 
 Test(glue_cork, req_notify_pushes_tail, .timeout = 60)
 {
-	poller_pushes(glue_conn_release);
+	poller_pushes(glue_conn_release, false);
+}
+
+Test(glue_cork, req_notify_sends_held_posts, .timeout = 60)
+{
+	poller_pushes(glue_conn_release, true);
 }
 
 Test(glue_cork, empty_poll_pushes_tail, .timeout = 60)
 {
-	poller_pushes(glue_conn_send_poll);
+	poller_pushes(glue_conn_send_poll, false);
+}
+
+Test(glue_cork, empty_poll_sends_held_posts, .timeout = 60)
+{
+	poller_pushes(glue_conn_send_poll, true);
 }
 
 Test(glue_cork, empty_receiving_poll_pushes_tail, .timeout = 60)
 {
-	poller_pushes(call_recv_now);
+	poller_pushes(call_recv_now, false);
+}
+
+Test(glue_cork, empty_receiving_poll_sends_held_posts, .timeout = 60)
+{
+	poller_pushes(call_recv_now, true);
+}
+
+/* A graceful close right after a burst that ends with posts held: they
+ * reach the peer before the end. */
+Test(glue_cork, graceful_close_sends_held_posts, .timeout = 60)
+{
+	struct ct t;
+
+	ct_start(&t, GLUE_EPOLL, "1000");
+	engine_hold(&t.hold, t.e);
+	ct_burst(&t, true, true);
+	ct_hold_tail(&t);
+	glue_conn_close(t.c, 0, true);
+	engine_let_go(&t.hold);
+	ct_read_all(&t);
+	ct_finish(&t);
 }
 
 /* No cork without posts, with the setting off, or for sends of more

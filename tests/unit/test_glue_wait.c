@@ -167,7 +167,7 @@ static void fill(struct wt *t)
 {
 	atomic_store(&t->queued, TOTAL);
 	for (int i = 0; i < 16 && !ST(t, tx_eagain); i++)
-		glue_conn_send_post(t->c);
+		glue_conn_send_post(t->c, TOTAL);
 	cr_assert_geq(ST(t, tx_eagain), 1, "the socket never filled");
 	cr_assert_lt(t->sent, TOTAL);
 }

@@ -727,6 +727,7 @@ static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	struct rdmap_ring *sq = rdmap_qp_sq(qp->core);
 	enum ibv_qp_state st;
 	uint32_t tail, head, first;
+	size_t len = 0;
 	int ret = 0;
 	bool flush;
 
@@ -741,14 +742,19 @@ static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	tail = atomic_load_explicit(&sq->tail, memory_order_relaxed);
 	first = tail;
 	for (; wr; wr = wr->next) {
+		struct rdmap_send_wr *w = rdmap_ring_slot(sq, tail);
+
 		head = atomic_load_explicit(&sq->head, memory_order_acquire);
 		if (tail - head >= qp->cap.max_send_wr) {
 			ret = ENOMEM;
 			break;
 		}
-		ret = conv_send(qp, wr, rdmap_ring_slot(sq, tail));
+		ret = conv_send(qp, wr, w);
 		if (ret)
 			break;
+		/* What goes out: a READ sends only its small request. */
+		if (w->opcode != RDMAP_WR_READ)
+			len += w->length;
 		tail++;
 	}
 	if (ret && whole)
@@ -764,7 +770,7 @@ out:
 	 * hand-off less per message (a burst of small posts corks:
 	 * glue_conn_send_post). Otherwise the engine picks it up. */
 	if (qp->stream.conn && !flush &&
-	    !glue_conn_send_post(qp->stream.conn))
+	    !glue_conn_send_post(qp->stream.conn, len))
 		glue_conn_kick(qp->stream.conn);
 	return ret;
 }
