@@ -782,7 +782,6 @@ void glue_conn_polled(struct glue_conn *c)
 				      memory_order_relaxed);
 }
 
-
 void glue_conn_tx_polled(struct glue_conn *c)
 {
 	if (c->tls_on || !c->e->poll_wait_ns || conn_stopped(c))

@@ -35,8 +35,10 @@ struct glue_conn_stats {
 	 * under tx_lock. */
 	_Atomic uint64_t tx_corked;    /* posting thread sends with MSG_MORE */
 	_Atomic uint64_t tx_held;      /* posts held for the next send */
-	_Atomic uint64_t tx_pushes;    /* held tails pushed (TCP_NODELAY set
-					* again), by any thread */
+	_Atomic uint64_t tx_pushes;    /* what a burst held back pushed:
+					* a tail (TCP_NODELAY set again)
+					* or held posts (sent), by any
+					* thread */
 	_Atomic uint64_t tx_push_engine; /* of those, by the engine's
 					  * backstop */
 	/* Waiting for the answer (WISP_POST_POLL, glue_engine.c). */
