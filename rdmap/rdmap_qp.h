@@ -123,6 +123,13 @@ static inline void *rdmap_ring_slot(const struct rdmap_ring *r, uint32_t i)
 	return (char *)r->slots + (size_t)(i & (r->size - 1)) * r->slot_size;
 }
 
+/* The payload octets a posted WR sends from this end: its data, or none
+ * for a READ, whose data comes from the peer (it sends a small request). */
+static inline uint64_t rdmap_send_wr_out(const struct rdmap_send_wr *w)
+{
+	return w->opcode == RDMAP_WR_READ ? 0 : w->length;
+}
+
 /* How the QP reports what it did. Called on the engine thread. */
 struct rdmap_qp_ops {
 	/* A completion for the send (recv == false) or receive queue. */

@@ -444,6 +444,15 @@ static void cork_list_add(struct glue_conn *c)
 		wake(e);
 }
 
+/* Something is held back on c now, in its socket or its queue (tx_lock
+ * held): say so to the pushers and list c for the engine's look. */
+static void cork_mark(struct glue_conn *c)
+{
+	if (!atomic_load_explicit(&c->corked, memory_order_relaxed))
+		atomic_store(&c->corked, true);
+	cork_list_add(c);
+}
+
 /* After a direct send of c (tx_lock held): with MSG_MORE (more), a
  * tail may be held now; without, the send pushed whatever was. */
 static void cork_sent(struct glue_conn *c, bool more, ssize_t n)
@@ -451,9 +460,8 @@ static void cork_sent(struct glue_conn *c, bool more, ssize_t n)
 	if (!c->cork_ok)
 		return;
 	if (n > 0 && more) {
-		atomic_store(&c->corked, true);
 		glue_stat_tx_corked(c);
-		cork_list_add(c);
+		cork_mark(c);
 	} else if (n > 0 && atomic_load_explicit(&c->corked,
 						 memory_order_relaxed)) {
 		atomic_store(&c->corked, false);
@@ -1881,10 +1889,7 @@ static bool send_locked(struct glue_conn *c, bool post, size_t len)
 			/* Held: the next post's send, or a push, takes it. */
 			c->cork_last_ns = mono_ns();
 			glue_stat_tx_held(c);
-			if (!atomic_load_explicit(&c->corked,
-						  memory_order_relaxed))
-				atomic_store(&c->corked, true);
-			cork_list_add(c);
+			cork_mark(c);
 			sent = true;
 			goto out;
 		}

@@ -752,9 +752,7 @@ static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		ret = conv_send(qp, wr, w);
 		if (ret)
 			break;
-		/* What goes out: a READ sends only its small request. */
-		if (w->opcode != RDMAP_WR_READ)
-			len += w->length;
+		len += rdmap_send_wr_out(w);
 		tail++;
 	}
 	if (ret && whole)
