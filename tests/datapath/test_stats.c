@@ -26,11 +26,17 @@
 static const struct dp_opts defaults = { 0 };
 static char dir[128];
 
+/* A new folder for the published files, under base. */
+static void stats_dir_in(const char *base)
+{
+	snprintf(dir, sizeof(dir), "%s/wisp-stats-test.XXXXXX", base);
+	cr_assert_not_null(mkdtemp(dir), "%s: %s", dir, strerror(errno));
+	cr_assert_eq(setenv("WISP_STATS_DIR", dir, 1), 0);
+}
+
 static void stats_dir(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/wisp-stats-test.XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	cr_assert_eq(setenv("WISP_STATS_DIR", dir, 1), 0);
+	stats_dir_in("/tmp");
 }
 
 static void stats_dir_rm(void)
@@ -234,6 +240,38 @@ Test(stats, exact_counts, .timeout = 60)
 	cr_assert_eq(V(&f->hdr.closed, core.tx_msgs[0x3]), N_SEND,
 		     "closed contexts keep the SENDs");
 	cr_assert_eq(V(&f->hdr.closed, core.rx_msgs[0x3]), N_SEND);
+	stats_dir_rm();
+}
+
+/* The QP slots after the one a QP takes are in memory before any QP
+ * writes them (verbs_stats.c, st_qp_ready): populated ahead by one
+ * madvise instead of a page fault inside a later connection setup. */
+Test(stats, qp_slots_populated_ahead, .timeout = 60)
+{
+	const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	const struct wisp_stats_file *f;
+	uint32_t high;
+	unsigned char vec[8];
+	uintptr_t next;
+	struct dp_pair p;
+
+	/* tmpfs, where the default folder is (/dev/shm/wisp-UID): a disk
+	 * file system reads pages around the touched ones into memory. */
+	stats_dir_in("/dev/shm");
+	dp_setup(&p, &defaults);
+	f = own_file();
+	high = atomic_load(&f->hdr.qp_high);
+	cr_assert_eq(high, 2, "the pair's two QPs, slots 0 and 1");
+	/* The first page wholly after the last slot taken, and the seven
+	 * after it: nothing of this process has written them. The file's
+	 * pages, whichever mapping asks. */
+	next = ((uintptr_t)&f->qp[high] + page - 1) & ~(page - 1);
+	cr_assert_eq(mincore((void *)next, sizeof(vec) * page, vec), 0,
+		     "mincore: %s", strerror(errno));
+	for (size_t i = 0; i < sizeof(vec); i++)
+		cr_assert(vec[i] & 1, "page %zu after the last QP slot is "
+			  "not in memory", i);
+	dp_teardown(&p, &defaults);
 	stats_dir_rm();
 }
 

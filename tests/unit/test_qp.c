@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "rdmap_qp.h"
 
@@ -139,6 +140,84 @@ static void expect_fpdu(const uint8_t *b, size_t len, unsigned ulpdu,
  * RDMA Write: tagged, Last, DV 1 / RV 1, opcode 0; 14 octets. */
 #define READ_REQ_FPDU  46, 0x41, 0x41
 #define ZERO_WRITE     14, 0xc1, 0x40
+
+/* A destroyed QP's memory is the next QP's (rdmap_qp.c, "QP memory"):
+ * handed back as a fresh QP, nothing of the last one left in it. */
+Test(qp, memory_of_a_destroyed_qp_is_reused_fresh)
+{
+	struct rdmap_stag_table t;
+	struct rdmap_qp_cfg cfg = { .pd = (void *)1, .stags = &t, .ops = &ops,
+				    .sq_size = 4, .rq_size = 4 };
+	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .mulpdu = 1024 };
+	struct rdmap_qp *a, *b;
+
+	cr_assert_eq(rdmap_stag_table_init(&t, 16), 0);
+	a = g_qp = qp_started(&cfg, &s);
+	for (uint32_t i = 0; i < 3; i++) {
+		struct rdmap_send_wr *w = rdmap_ring_slot(rdmap_qp_sq(a), i);
+
+		memset(w, 0, sizeof(*w));
+		w->opcode = RDMAP_WR_SEND;
+		w->flags = RDMAP_WR_SIGNALED | RDMAP_WR_INLINE;
+		w->length = 8;
+	}
+	atomic_store(&rdmap_qp_sq(a)->tail, 3);
+	rdmap_qp_stream_ended(a, 0);
+	cr_assert_eq(rdmap_qp_state(a), RDMAP_QP_ERROR);
+	cr_assert_eq(atomic_load(&rdmap_qp_sq(a)->head), 3, "flushed");
+	cr_assert_eq(atomic_load(&rdmap_qp_stats(a)->flushed), 3);
+	rdmap_qp_destroy(a);
+
+	b = rdmap_qp_create(&cfg);
+	cr_assert_eq(b, a, "the last QP's memory is handed out first");
+	cr_assert_eq(rdmap_qp_state(b), RDMAP_QP_IDLE);
+	cr_assert_eq(atomic_load(&rdmap_qp_sq(b)->tail), 0);
+	cr_assert_eq(atomic_load(&rdmap_qp_sq(b)->head), 0);
+	cr_assert_not(rdmap_qp_reads_out(b));
+	cr_assert_eq(atomic_load(&rdmap_qp_stats(b)->flushed), 0,
+		     "the last QP's counters are not the next QP's");
+	cr_assert_eq(rdmap_qp_start(b, &s), 0);
+	cr_assert_eq(rdmap_qp_state(b), RDMAP_QP_RTS);
+	rdmap_qp_destroy(b);
+	rdmap_stag_table_fini(&t);
+}
+
+/* QPs come from memory populated ahead: after the first QP (which maps
+ * and populates a chunk of them), more QPs cost no page fault of their
+ * own. A calloc'd QP took one or two as it was made and started (it
+ * spans two pages); what is left here is the small callocs of its
+ * rings and Read queues. */
+Test(qp, memory_is_populated_ahead)
+{
+	enum { N = 24 };
+	struct rdmap_stag_table t;
+	struct rdmap_qp_cfg cfg = { .pd = (void *)1, .stags = &t, .ops = &ops,
+				    .sq_size = 1, .rq_size = 1 };
+	struct rdmap_stream_cfg s = { .ird = 1, .ord = 1, .mulpdu = 1024 };
+	struct rdmap_qp *qp[N + 1];
+	struct rusage r0, r1;
+	long faults;
+
+	cr_assert_eq(rdmap_stag_table_init(&t, 16), 0);
+	qp[0] = rdmap_qp_create(&cfg);
+	cr_assert_not_null(qp[0]);
+	cr_assert_eq(getrusage(RUSAGE_THREAD, &r0), 0);
+	for (int i = 1; i <= N; i++) {
+		qp[i] = qp_started(&cfg, &s);
+	}
+	cr_assert_eq(getrusage(RUSAGE_THREAD, &r1), 0);
+	faults = r1.ru_minflt - r0.ru_minflt + r1.ru_majflt - r0.ru_majflt;
+	cr_log_info("%d QPs after the first: %ld page faults", N, faults);
+	cr_assert_lt(faults, N / 2, "%d QPs took %ld page faults", N, faults);
+	for (int i = 0; i <= N; i++) {
+		for (int j = 0; j < i; j++)
+			cr_assert_neq(qp[i], qp[j]);
+		cr_assert_eq((uintptr_t)qp[i] % 64, 0);
+	}
+	for (int i = 0; i <= N; i++)
+		rdmap_qp_destroy(qp[i]);
+	rdmap_stag_table_fini(&t);
+}
 
 Test(qp, rtr_unanswered_is_nudged_with_backoff)
 {
