@@ -30,10 +30,6 @@
 #define QP_LSAN_ROOT(p, n) ((void)(p), (void)(n))
 #endif
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
 /* ------------------------------------------------------------------ */
 /* Rings                                                              */
 /* ------------------------------------------------------------------ */
@@ -98,10 +94,9 @@ static struct rdmap_qp *qp_mem_get(void)
 	}
 	if (qp_chunk_next == qp_chunk_end) {
 		size_t len = QP_SLOT * QP_CHUNK;
-		char *c = mmap(NULL, len, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		char *c = qp_big_alloc(len);
 
-		if (c == MAP_FAILED)
+		if (!c)
 			goto out;
 		/* Best effort: without it (a kernel before 5.14) the
 		 * pages fault in as they are touched. */

@@ -54,9 +54,6 @@ static uint32_t st_qp_low;
  * fraction of that (issue 13, as rdmap's QP memory). */
 static uint32_t st_qp_ready;
 #define ST_POPULATE_AHEAD (64u << 10)
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
 
 static uint64_t realtime_ms(void)
 {
@@ -222,18 +219,17 @@ static int dev_index(struct wisp_stats_file *f, const struct ibv_context *ctx)
  * pages fault in as they are touched. */
 static void qp_slots_populate(struct wisp_stats_file *f, uint32_t i)
 {
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = (uintptr_t)&f->qp[i] & ~(page - 1);
-	uintptr_t hi = lo + ST_POPULATE_AHEAD;
-	uintptr_t top = (uintptr_t)&f->qp[WISP_STATS_MAX_QP];
+	uintptr_t page, lo, hi, top = (uintptr_t)&f->qp[WISP_STATS_MAX_QP];
 
 	if (i < st_qp_ready)
 		return;
+	page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	lo = (uintptr_t)&f->qp[i] & ~(page - 1);
+	hi = lo + ST_POPULATE_AHEAD;
 	if (hi > top)
 		hi = top;
 	(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-	st_qp_ready = hi >= top ? WISP_STATS_MAX_QP :
-		      (uint32_t)((hi - (uintptr_t)f->qp) / sizeof(f->qp[0]));
+	st_qp_ready = (uint32_t)((hi - (uintptr_t)f->qp) / sizeof(f->qp[0]));
 }
 
 /* The first free QP slot from index from on, or NULL (st_lock). */
