@@ -189,22 +189,53 @@ static int frame_plain(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 	return o.cnt;
 }
 
-void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
-			  size_t ulpdu_len, struct iovec *out)
+/* Length field, pad and CRC around the ULPDU already at fpdu +
+ * MPA_LEN_FIELD, no markers. Returns the FPDU's wire length. */
+static size_t flat_close(struct mpa_tx *tx, uint8_t *fpdu, size_t ulpdu_len)
 {
-	uint8_t *p = scr->flat + MPA_LEN_FIELD + ulpdu_len;
+	uint8_t *p = fpdu + MPA_LEN_FIELD + ulpdu_len;
 	uint32_t pad = mpa_pad_len((uint32_t)ulpdu_len);
 	size_t body = MPA_LEN_FIELD + ulpdu_len + pad;
 
-	wisp_put_be16(scr->flat, (uint16_t)ulpdu_len);
+	wisp_put_be16(fpdu, (uint16_t)ulpdu_len);
 	/* RFC 5044 4.4: pad octets are zero, and the CRC covers the FPDU
 	 * from ULPDU_Length to the end of PAD. */
 	for (uint32_t i = 0; i < pad; i++)
 		*p++ = 0;
-	mpa_crc_put(p, tx->crc ? mpa_crc32c(scr->flat, body) : 0);
-	out->iov_base = scr->flat;
-	out->iov_len = body + MPA_CRC_LEN;
+	mpa_crc_put(p, tx->crc ? mpa_crc32c(fpdu, body) : 0);
 	tx->stream_off += body + MPA_CRC_LEN;
+	return body + MPA_CRC_LEN;
+}
+
+void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
+			  size_t ulpdu_len, struct iovec *out)
+{
+	out->iov_base = scr->flat;
+	out->iov_len = flat_close(tx, scr->flat, ulpdu_len);
+}
+
+int mpa_fpdu_copy(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
+		  uint8_t *buf, size_t cap)
+{
+	size_t ulpdu_len = 0;
+	uint8_t *p;
+
+	if (!tx || !buf || n < 0 || (n > 0 && !ulpdu) || tx->markers)
+		return -EINVAL;
+	for (int i = 0; i < n; i++)
+		ulpdu_len += ulpdu[i].iov_len;
+	/* RFC 5044 3: at most 64768 octets of ULPDU from the sender. */
+	if (ulpdu_len > MPA_ULPDU_SEND_MAX)
+		return -EMSGSIZE;
+	if (mpa_fpdu_wire_len(tx, (uint32_t)ulpdu_len) > cap)
+		return -ENOSPC;
+	p = buf + MPA_LEN_FIELD;
+	for (int i = 0; i < n; i++) {
+		if (ulpdu[i].iov_len)
+			memcpy(p, ulpdu[i].iov_base, ulpdu[i].iov_len);
+		p += ulpdu[i].iov_len;
+	}
+	return (int)flat_close(tx, buf, ulpdu_len);
 }
 
 /*

@@ -35,6 +35,8 @@
 #define TX_BATCH_SEGS   128       /* ... and at most this many of the path's
 				   * segments (rdmap_stream_cfg.emss) */
 #define TX_IOV_MAX      1024      /* iovecs per gathered send (large) */
+#define TX_COPY_MULPDU  2048      /* FPDUs up to this MULPDU are copied
+				   * into the large batch's copy buffer */
 #define TX_SMALL_FPDUS  4         /* the same, small */
 #define TX_SMALL_IOV    64
 #define HDR_MAX         (DDP_UNTAGGED_HDR_LEN + RDMAP_READ_REQ_LEN)
@@ -164,7 +166,14 @@ struct rdmap_qp {
 	uint32_t b_max;           /* octets per gathered send at most */
 	bool tx_grow;             /* a small batch was cut short */
 	struct tx_fpdu *fp_big;   /* the large batch (one allocation with
-				   * its iovecs), or NULL */
+				   * its iovecs and copy buffer), or NULL */
+	size_t fp_big_len;        /* octets of that allocation */
+	/* The large batch's copy buffer, on a path of small FPDUs (MULPDU
+	 * at most TX_COPY_MULPDU, no markers), else NULL: each FPDU is
+	 * framed whole into it, right after the one before, so the kernel
+	 * gets the batch as one iovec (batch_copy in rdmap_qp_tx.c). */
+	uint8_t *tx_buf;
+	size_t tx_buf_cap, tx_buf_used;
 	int nfp, fp_done;
 	int niov, iov_cur;
 	size_t iov_off;           /* octets of iov[iov_cur] already sent */

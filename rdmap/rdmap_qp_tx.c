@@ -54,16 +54,90 @@ static bool batch_room(struct rdmap_qp *qp, int npay)
  * keeps working. */
 static bool batch_grow(struct rdmap_qp *qp)
 {
-	struct tx_fpdu *fp = qp_big_alloc(TX_BIG_BYTES);
+	/* The copy buffer holds a full batch of the largest FPDUs. */
+	size_t fpdu_max = MPA_LEN_FIELD + qp->s.mulpdu + 3 + MPA_CRC_LEN;
+	size_t copy = !qp->mtx.markers && qp->s.mulpdu <= TX_COPY_MULPDU ?
+		      TX_BATCH * fpdu_max : 0;
+	struct tx_fpdu *fp = qp_big_alloc(TX_BIG_BYTES + copy);
 
 	qp->tx_grow = false;
 	if (!fp)
 		return false;
+	qp->fp_big_len = TX_BIG_BYTES + copy;
+	qp->tx_buf = copy ? (uint8_t *)fp + TX_BIG_BYTES : NULL;
+	qp->tx_buf_cap = copy;
+	qp->tx_buf_used = 0;
 	qp->fp_big = qp->fp = fp;
 	qp->fp_cap = TX_BATCH;
 	qp->iov = (struct iovec *)(fp + TX_BATCH);
 	qp->iov_cap = TX_IOV_MAX;
 	return true;
+}
+
+/*
+ * One-segment FPDUs (issue 13, MTU 1500): framed by reference, each
+ * costs the kernel two iovecs to walk in the gathered send (payload;
+ * pad + CRC joined with the next length field and header), and that
+ * walk costs more than copying the octets: a plain TCP sender over the
+ * veth pair spent 0.44-0.56 CPU s/GiB sending 64 KiB as 1,428-octet
+ * pieces between small ones, 0.34-0.42 sending it in one piece, and
+ * 0.35-0.45 copying the same pieces into one buffer first (at 4 KiB
+ * pieces the three are equal; docs/performance-log.md "FPDUs that fit
+ * one segment: one copy, one iovec"). So on such a path the large batch
+ * has a copy buffer, and each FPDU is framed whole into it right after
+ * the one before (mpa_fpdu_copy: the CRC is computed over the copy, in
+ * the cache): the batch goes out as one iovec. The MR references are
+ * kept as for framing by reference. Returns the FPDU's wire length, 0
+ * if it does not fit (the caller frames it by reference), <0 on error.
+ */
+static int batch_copy(struct rdmap_qp *qp, const struct iovec *ul, int n,
+		      size_t ulen)
+{
+	uint8_t *at = qp->tx_buf + qp->tx_buf_used;
+	struct iovec *last = qp->niov ? &qp->iov[qp->niov - 1] : NULL;
+	size_t room = qp->tx_buf_cap - qp->tx_buf_used;
+	int len;
+
+	if (mpa_fpdu_wire_len(&qp->mtx, (uint32_t)ulen) > room)
+		return 0;
+	len = mpa_fpdu_copy(&qp->mtx, ul, n, at, room);
+	if (len < 0)
+		return len;
+	qp->tx_buf_used += (size_t)len;
+	if (last && (uint8_t *)last->iov_base + last->iov_len == at)
+		last->iov_len += (size_t)len;
+	else
+		qp->iov[qp->niov++] = (struct iovec){
+			.iov_base = at, .iov_len = (size_t)len,
+		};
+	return len;
+}
+
+/* The FPDU framed by reference: iovecs at the ULPDU's pieces and at f's
+ * scratch. Returns its wire length or <0. */
+static int batch_frame(struct rdmap_qp *qp, struct tx_fpdu *f,
+		       const struct iovec *ul, int nul)
+{
+	int n = mpa_fpdu_frame(&qp->mtx, ul, nul, &f->scr,
+			       qp->iov + qp->niov, qp->iov_cap - qp->niov);
+	size_t bytes = 0;
+
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++)
+		bytes += qp->iov[qp->niov + i].iov_len;
+	/* The previous FPDU's pad + CRC and this one's length field and
+	 * header as one iovec: two per one-segment FPDU instead of three
+	 * for the kernel to walk (mpa_fpdu_join). */
+	if (qp->nfp && mpa_fpdu_join(&qp->mtx, &qp->fp[qp->nfp - 1].scr,
+				     &qp->iov[qp->niov - 1], &f->scr,
+				     &qp->iov[qp->niov])) {
+		for (int i = 0; i < n; i++)
+			qp->iov[qp->niov - 1 + i] = qp->iov[qp->niov + i];
+		n--;
+	}
+	qp->niov += n;
+	return (int)bytes;
 }
 
 /* Frame one ULPDU: header h (with payload pay[0..npay)) into the batch. */
@@ -75,7 +149,7 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 	struct tx_fpdu *f = &qp->fp[qp->nfp];
 	struct iovec ul[RDMAP_MAX_SGE + 2];
 	int hl, n, i;
-	size_t bytes = 0, plen = 0;
+	size_t plen = 0;
 
 	hl = rdmap_hdr_build(h, f->hdr, sizeof(f->hdr));
 	if (hl < 0)
@@ -86,24 +160,12 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 		ul[i + 1] = pay[i];
 		plen += pay[i].iov_len;
 	}
-	n = mpa_fpdu_frame(&qp->mtx, ul, npay + 1, &f->scr,
-			   qp->iov + qp->niov, qp->iov_cap - qp->niov);
+	n = qp->tx_buf ? batch_copy(qp, ul, npay + 1, (size_t)hl + plen) : 0;
+	if (n == 0)
+		n = batch_frame(qp, f, ul, npay + 1);
 	if (n < 0)
 		return n;
-	for (i = 0; i < n; i++)
-		bytes += qp->iov[qp->niov + i].iov_len;
-	/* The previous FPDU's pad + CRC and this one's length field and
-	 * header as one iovec: two per one-segment FPDU instead of three
-	 * for the kernel to walk (mpa_fpdu_join). */
-	if (qp->nfp && mpa_fpdu_join(&qp->mtx, &qp->fp[qp->nfp - 1].scr,
-				     &qp->iov[qp->niov - 1], &f->scr,
-				     &qp->iov[qp->niov])) {
-		for (i = 0; i < n; i++)
-			qp->iov[qp->niov - 1 + i] = qp->iov[qp->niov + i];
-		n--;
-	}
-	qp->niov += n;
-	qp->b_total += bytes;
+	qp->b_total += (size_t)n;
 	f->end = qp->b_total;
 	f->wr_idx = wr_idx;
 	f->wr_of = wr_of;
@@ -592,6 +654,7 @@ static int tx_view(struct rdmap_qp *qp, struct iovec *iov, int cap)
  * WRs. Returns <0 on a local failure. */
 static void batch_reset(struct rdmap_qp *qp)
 {
+	qp->tx_buf_used = 0;
 	qp->nfp = qp->fp_done = 0;
 	qp->niov = qp->iov_cur = 0;
 	qp->iov_off = qp->b_total = qp->b_sent = 0;

@@ -211,6 +211,61 @@ Test(mpa_fpdu, small_fpdu_is_one_iovec_with_the_same_octets)
 	}
 }
 
+/* mpa_fpdu_copy: the reference octets, written whole into the caller's
+ * buffer and not one octet past them, for every pad and sizes up to a
+ * one-segment FPDU at MTU 1500 and beyond, from up to three pieces; no
+ * room, markers and too long are refused with the buffer and the stream
+ * offset untouched. */
+Test(mpa_fpdu, copy_frames_the_same_octets_into_the_buffer)
+{
+	static uint8_t data[MPA_ULPDU_SEND_MAX + 1];
+	static uint8_t want[2100], got[2100 + 16];
+
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 13 + 5);
+	for (int crc = 0; crc < 2; crc++) {
+		for (size_t len = 0; len <= 2048; len += len < 40 ? 1 : 61) {
+			size_t a = len / 3, b = len / 2;
+			struct iovec in[3] = {
+				{ data, a }, { data + a, b - a },
+				{ data + b, len - b },
+			};
+			struct mpa_tx tx;
+			size_t wlen = reference_fpdu(data, len, crc, want);
+
+			mpa_tx_init(&tx, crc, false);
+			tx.stream_off = 77;
+			memset(got, 0xa5, sizeof(got));
+			cr_assert_eq(mpa_fpdu_copy(&tx, in, 3, got, wlen - 1),
+				     -ENOSPC, "%zu octets, one short", len);
+			cr_assert_eq(tx.stream_off, 77);
+			cr_assert_eq(got[0], 0xa5, "nothing written");
+			cr_assert_eq(mpa_fpdu_copy(&tx, in, 3, got, wlen + 16),
+				     (int)wlen, "%zu octets", len);
+			cr_assert_arr_eq(got, want, wlen, "%zu octets, crc %d",
+					 len, crc);
+			for (size_t i = wlen; i < wlen + 16; i++)
+				cr_assert_eq(got[i], 0xa5, "octet %zu past the "
+					     "FPDU of %zu written", i, len);
+			cr_assert_eq(tx.stream_off, 77 + wlen);
+		}
+	}
+	{
+		struct iovec in = { data, 8 }, big = { data, sizeof(data) };
+		struct mpa_tx tx;
+
+		mpa_tx_init(&tx, true, true);
+		cr_assert_eq(mpa_fpdu_copy(&tx, &in, 1, got, sizeof(got)),
+			     -EINVAL, "no copies with markers");
+		mpa_tx_init(&tx, true, false);
+		cr_assert_eq(mpa_fpdu_copy(&tx, &big, 1, data, sizeof(data)),
+			     -EMSGSIZE);
+		cr_assert_eq(mpa_fpdu_copy(NULL, &in, 1, got, sizeof(got)),
+			     -EINVAL);
+		cr_assert_eq(tx.stream_off, 0);
+	}
+}
+
 Test(mpa_fpdu, flat_fpdu_is_a_copy_and_markers_never_go_flat)
 {
 	uint8_t data[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };

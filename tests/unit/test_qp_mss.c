@@ -3,7 +3,10 @@
  * test_qp_mss.c - WRITEs cut into FPDUs that fit one TCP segment
  * (MULPDU 1442, MTU 1500: what a third-party peer gets, and wisp with
  * WISP_BIG_FPDU=off), without I/O. This is the stream whose per-FPDU
- * costs were cut: the receiver parses each header where it arrived in
+ * costs were cut: the sender copies each FPDU whole into the large
+ * batch's copy buffer (one iovec per gathered send; above TX_COPY_MULPDU
+ * it frames by reference, checked here too); the receiver parses each
+ * header where it arrived in
  * the stage and prefetches the MR after each staged tagged payload; the
  * sender prefetches each next segment's source (CRC on or off) across
  * SGEs; past the first 64 KiB of a message (RX_NT_AFTER) the receiver
@@ -26,6 +29,10 @@
 
 #define MS_MULPDU    1442u          /* 1448 - 2 (length) - 4 (CRC) */
 #define MS_EMSS      1448u
+/* A MULPDU above rdmap_qp_internal.h's TX_COPY_MULPDU (2048): FPDUs
+ * framed by reference into the caller's buffers, not copied. */
+#define MS_MULPDU_REF 4000u
+#define MS_EMSS_REF   4006u
 #define MS_GUARD     4096u
 #define MS_DST       180000u        /* the target MR */
 #define MS_SRC       140000u
@@ -71,6 +78,7 @@ struct ms {
 	struct rdmap_stag_table t;
 	struct rdmap_mr smr, dmr;
 	struct rdmap_qp *tx, *rx;
+	uint32_t mulpdu;
 	size_t wire_len;
 	size_t fpdu_at[256];        /* where each FPDU starts on the wire */
 	int nfpdu;
@@ -79,15 +87,17 @@ struct ms {
 	int nfill;
 };
 
-static void ms_init(struct ms *m, bool crc)
+static void ms_init_at(struct ms *m, bool crc, uint32_t mulpdu,
+		       uint32_t emss)
 {
 	struct rdmap_qp_cfg cfg = { .pd = (void *)1, .stags = &m->t,
 				    .ops = &ms_ops, .sq_size = 8, .rq_size = 4,
 				    .access = RDMAP_ACC_REMOTE_WRITE };
 	struct rdmap_stream_cfg s = { .ird = 4, .ord = 4, .crc = crc,
-				      .mulpdu = MS_MULPDU, .emss = MS_EMSS };
+				      .mulpdu = mulpdu, .emss = emss };
 
 	memset(m, 0, sizeof(*m));
+	m->mulpdu = mulpdu;
 	ms_ncqe = 0;
 	for (size_t i = 0; i < sizeof(ms_src); i++)
 		ms_src[i] = (uint8_t)(i * 151 + (i >> 9) + 1);
@@ -117,6 +127,11 @@ static void ms_init(struct ms *m, bool crc)
 	cr_assert(m->tx && m->rx);
 	cr_assert_eq(rdmap_qp_start(m->tx, &s), 0);
 	cr_assert_eq(rdmap_qp_start(m->rx, &s), 0);
+}
+
+static void ms_init(struct ms *m, bool crc)
+{
+	ms_init_at(m, crc, MS_MULPDU, MS_EMSS);
 }
 
 static void ms_fini(struct ms *m)
@@ -170,7 +185,7 @@ static void ms_send(struct ms *m)
 	while (at < m->wire_len) {
 		uint16_t ul = (uint16_t)(ms_wire[at] << 8 | ms_wire[at + 1]);
 
-		cr_assert_leq(ul, MS_MULPDU, "an FPDU fits one segment");
+		cr_assert_leq(ul, m->mulpdu, "an FPDU fits one segment");
 		cr_assert_lt(m->nfpdu, 256);
 		m->fpdu_at[m->nfpdu++] = at;
 		at += MPA_LEN_FIELD + ul + mpa_pad_len(ul) + MPA_CRC_LEN;
@@ -271,7 +286,7 @@ Test(qp_mss, whole_stream_in_one_read_crc_on)
 static size_t ms_expected_stream(const struct ms *m, bool crc, uint8_t *out,
 				 size_t cap, int *pieces)
 {
-	static uint8_t ulpdu[MS_MULPDU];
+	static uint8_t ulpdu[MS_MULPDU_REF];
 	struct mpa_tx tx;
 	size_t len = 0;
 	int nf = 0;
@@ -283,8 +298,8 @@ static size_t ms_expected_stream(const struct ms *m, bool crc, uint8_t *out,
 		for (int k = 0; k < 3; k++)
 			total += ms_wrs[w].len[k];
 		while (done < total) {
-			uint32_t seg = total - done < MS_MULPDU - 14 ?
-				       total - done : MS_MULPDU - 14;
+			uint32_t seg = total - done < m->mulpdu - 14 ?
+				       total - done : m->mulpdu - 14;
 			uint64_t to = m->dmr.iova + ms_wrs[w].to + done;
 			int k;
 
@@ -317,20 +332,23 @@ static size_t ms_expected_stream(const struct ms *m, bool crc, uint8_t *out,
 	return len;
 }
 
-/* The octets on the wire are the RFC's, whatever iovecs carry them; and
- * a fill of n gathered FPDUs hands the kernel one iovec per payload piece
- * (one per SGE an FPDU's payload comes from) and n + 1 for the framing
- * (each pad + CRC shares one with the next FPDU's length field and
- * header): 2n + 1 where each payload is one piece. */
-static void ms_wire_is_the_rfcs(bool crc)
+/* The octets on the wire are the RFC's, whatever iovecs carry them.
+ * Framed by reference (MULPDU above the copy threshold), a fill of n
+ * gathered FPDUs hands the kernel one iovec per payload piece (one per
+ * SGE an FPDU's payload comes from) and n + 1 for the framing (each pad
+ * + CRC shares one with the next FPDU's length field and header): 2n + 1
+ * where each payload is one piece. Copied (MULPDU 1442, MTU 1500), each
+ * fill is one iovec, whatever the pieces. */
+static void ms_wire_is_the_rfcs(bool crc, uint32_t mulpdu, uint32_t emss)
 {
 	static uint8_t want[MS_WIRE];
+	bool copied = mulpdu == MS_MULPDU;
 	int pieces[256];
 	struct ms m;
 	size_t len, from = 0;
 	int k = 0;
 
-	ms_init(&m, crc);
+	ms_init_at(&m, crc, mulpdu, emss);
 	ms_send(&m);
 	len = ms_expected_stream(&m, crc, want, sizeof(want), pieces);
 	cr_assert_eq(m.wire_len, len);
@@ -348,7 +366,7 @@ static void ms_wire_is_the_rfcs(bool crc)
 		cr_assert_gt(nf, 1);
 		cr_assert_eq(m.fpdu_at[k - nf], from,
 			     "fill %d starts with an FPDU", f);
-		cr_assert_eq(m.fill_niov[f], npay + nf + 1,
+		cr_assert_eq(m.fill_niov[f], copied ? 1 : npay + nf + 1,
 			     "fill %d: %d iovecs for %d FPDUs of %d pieces", f,
 			     m.fill_niov[f], nf, npay);
 		from = m.fill_end[f];
@@ -357,14 +375,24 @@ static void ms_wire_is_the_rfcs(bool crc)
 	ms_fini(&m);
 }
 
-Test(qp_mss, wire_octets_are_the_rfcs_in_two_iovecs_per_fpdu_crc_on)
+Test(qp_mss, wire_octets_are_the_rfcs_copied_in_one_iovec_crc_on)
 {
-	ms_wire_is_the_rfcs(true);
+	ms_wire_is_the_rfcs(true, MS_MULPDU, MS_EMSS);
 }
 
-Test(qp_mss, wire_octets_are_the_rfcs_in_two_iovecs_per_fpdu_crc_off)
+Test(qp_mss, wire_octets_are_the_rfcs_copied_in_one_iovec_crc_off)
 {
-	ms_wire_is_the_rfcs(false);
+	ms_wire_is_the_rfcs(false, MS_MULPDU, MS_EMSS);
+}
+
+Test(qp_mss, wire_octets_are_the_rfcs_by_reference_crc_on)
+{
+	ms_wire_is_the_rfcs(true, MS_MULPDU_REF, MS_EMSS_REF);
+}
+
+Test(qp_mss, wire_octets_are_the_rfcs_by_reference_crc_off)
+{
+	ms_wire_is_the_rfcs(false, MS_MULPDU_REF, MS_EMSS_REF);
 }
 
 static size_t ms_to_of(const struct ms *m, int k)
