@@ -207,6 +207,21 @@ static size_t flat_close(struct mpa_tx *tx, uint8_t *fpdu, size_t ulpdu_len)
 	return body + MPA_CRC_LEN;
 }
 
+/* The ULPDU's pieces copied to fpdu + MPA_LEN_FIELD, then closed. The
+ * caller has checked that the FPDU fits. Returns its wire length. */
+static size_t flat_put(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
+		       size_t ulpdu_len, uint8_t *fpdu)
+{
+	uint8_t *p = fpdu + MPA_LEN_FIELD;
+
+	for (int i = 0; i < n; i++) {
+		if (ulpdu[i].iov_len)
+			memcpy(p, ulpdu[i].iov_base, ulpdu[i].iov_len);
+		p += ulpdu[i].iov_len;
+	}
+	return flat_close(tx, fpdu, ulpdu_len);
+}
+
 void mpa_fpdu_flat_finish(struct mpa_tx *tx, struct mpa_fpdu_scratch *scr,
 			  size_t ulpdu_len, struct iovec *out)
 {
@@ -218,7 +233,6 @@ int mpa_fpdu_copy(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		  uint8_t *buf, size_t cap)
 {
 	size_t ulpdu_len = 0;
-	uint8_t *p;
 
 	if (!tx || !buf || n < 0 || (n > 0 && !ulpdu) || tx->markers)
 		return -EINVAL;
@@ -229,13 +243,7 @@ int mpa_fpdu_copy(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		return -EMSGSIZE;
 	if (mpa_fpdu_wire_len(tx, (uint32_t)ulpdu_len) > cap)
 		return -ENOSPC;
-	p = buf + MPA_LEN_FIELD;
-	for (int i = 0; i < n; i++) {
-		if (ulpdu[i].iov_len)
-			memcpy(p, ulpdu[i].iov_base, ulpdu[i].iov_len);
-		p += ulpdu[i].iov_len;
-	}
-	return (int)flat_close(tx, buf, ulpdu_len);
+	return (int)flat_put(tx, ulpdu, n, ulpdu_len, buf);
 }
 
 /*
@@ -248,14 +256,8 @@ static int frame_flat(struct mpa_tx *tx, const struct iovec *ulpdu, int n,
 		      size_t ulpdu_len, struct mpa_fpdu_scratch *scr,
 		      struct iovec *out)
 {
-	uint8_t *p = scr->flat + MPA_LEN_FIELD;
-
-	for (int i = 0; i < n; i++) {
-		if (ulpdu[i].iov_len)
-			memcpy(p, ulpdu[i].iov_base, ulpdu[i].iov_len);
-		p += ulpdu[i].iov_len;
-	}
-	mpa_fpdu_flat_finish(tx, scr, ulpdu_len, out);
+	out->iov_base = scr->flat;
+	out->iov_len = flat_put(tx, ulpdu, n, ulpdu_len, scr->flat);
 	return 1;
 }
 

@@ -203,7 +203,7 @@ bool rdmap_qp_trim(struct rdmap_qp *qp)
 	}
 	if (qp->fp_big && qp->b_sent >= qp->b_total &&
 	    qp->fp_done == qp->nfp) {
-		qp_big_free(qp->fp_big, qp->fp_big_len);
+		qp_big_free(qp->fp_big, TX_BIG_BYTES + qp->tx_buf_cap);
 		qp->fp_big = NULL;
 		qp->tx_buf = NULL;
 		qp->tx_buf_cap = qp->tx_buf_used = 0;
@@ -263,7 +263,7 @@ void rdmap_qp_destroy(struct rdmap_qp *qp)
 	if (qp->stage != qp->stage_small)
 		qp_big_free(qp->stage, STAGE_SIZE);
 	if (qp->fp_big)
-		qp_big_free(qp->fp_big, qp->fp_big_len);
+		qp_big_free(qp->fp_big, TX_BIG_BYTES + qp->tx_buf_cap);
 	free(qp->meta);
 	rdmap_ring_fini(&qp->rq);
 	rdmap_ring_fini(&qp->sq);

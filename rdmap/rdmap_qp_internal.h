@@ -166,8 +166,8 @@ struct rdmap_qp {
 	uint32_t b_max;           /* octets per gathered send at most */
 	bool tx_grow;             /* a small batch was cut short */
 	struct tx_fpdu *fp_big;   /* the large batch (one allocation with
-				   * its iovecs and copy buffer), or NULL */
-	size_t fp_big_len;        /* octets of that allocation */
+				   * its iovecs and copy buffer: TX_BIG_BYTES
+				   * + tx_buf_cap octets), or NULL */
 	/* The large batch's copy buffer, on a path of small FPDUs (MULPDU
 	 * at most TX_COPY_MULPDU, no markers), else NULL: each FPDU is
 	 * framed whole into it, right after the one before, so the kernel

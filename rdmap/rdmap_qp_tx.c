@@ -55,15 +55,13 @@ static bool batch_room(struct rdmap_qp *qp, int npay)
 static bool batch_grow(struct rdmap_qp *qp)
 {
 	/* The copy buffer holds a full batch of the largest FPDUs. */
-	size_t fpdu_max = MPA_LEN_FIELD + qp->s.mulpdu + 3 + MPA_CRC_LEN;
 	size_t copy = !qp->mtx.markers && qp->s.mulpdu <= TX_COPY_MULPDU ?
-		      TX_BATCH * fpdu_max : 0;
+		      TX_BATCH * mpa_fpdu_wire_len(&qp->mtx, qp->s.mulpdu) : 0;
 	struct tx_fpdu *fp = qp_big_alloc(TX_BIG_BYTES + copy);
 
 	qp->tx_grow = false;
 	if (!fp)
 		return false;
-	qp->fp_big_len = TX_BIG_BYTES + copy;
 	qp->tx_buf = copy ? (uint8_t *)fp + TX_BIG_BYTES : NULL;
 	qp->tx_buf_cap = copy;
 	qp->tx_buf_used = 0;
@@ -90,17 +88,15 @@ static bool batch_grow(struct rdmap_qp *qp)
  * kept as for framing by reference. Returns the FPDU's wire length, 0
  * if it does not fit (the caller frames it by reference), <0 on error.
  */
-static int batch_copy(struct rdmap_qp *qp, const struct iovec *ul, int n,
-		      size_t ulen)
+static int batch_copy(struct rdmap_qp *qp, const struct iovec *ul, int n)
 {
 	uint8_t *at = qp->tx_buf + qp->tx_buf_used;
 	struct iovec *last = qp->niov ? &qp->iov[qp->niov - 1] : NULL;
-	size_t room = qp->tx_buf_cap - qp->tx_buf_used;
-	int len;
+	int len = mpa_fpdu_copy(&qp->mtx, ul, n, at,
+				qp->tx_buf_cap - qp->tx_buf_used);
 
-	if (mpa_fpdu_wire_len(&qp->mtx, (uint32_t)ulen) > room)
+	if (len == -ENOSPC)
 		return 0;
-	len = mpa_fpdu_copy(&qp->mtx, ul, n, at, room);
 	if (len < 0)
 		return len;
 	qp->tx_buf_used += (size_t)len;
@@ -160,7 +156,7 @@ static int batch_add(struct rdmap_qp *qp, const struct rdmap_hdr *h,
 		ul[i + 1] = pay[i];
 		plen += pay[i].iov_len;
 	}
-	n = qp->tx_buf ? batch_copy(qp, ul, npay + 1, (size_t)hl + plen) : 0;
+	n = qp->tx_buf ? batch_copy(qp, ul, npay + 1) : 0;
 	if (n == 0)
 		n = batch_frame(qp, f, ul, npay + 1);
 	if (n < 0)
