@@ -9,26 +9,13 @@
  */
 #include "rdmap_qp_internal.h"
 
+#include "wisp_mem.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-/* Under ASan, a free slot is poisoned, and the leak checker looks for
- * pointers in the chunks as in the heap: a QP's rings are reachable
- * through it. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#include <sanitizer/lsan_interface.h>
-#define QP_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define QP_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#define QP_LSAN_ROOT(p, n) __lsan_register_root_region(p, n)
-#else
-#define QP_POISON(p, n) ((void)(p), (void)(n))
-#define QP_UNPOISON(p, n) ((void)(p), (void)(n))
-#define QP_LSAN_ROOT(p, n) ((void)(p), (void)(n))
-#endif
 
 /* ------------------------------------------------------------------ */
 /* Rings                                                              */
@@ -41,7 +28,7 @@ int rdmap_ring_init(struct rdmap_ring *r, uint32_t min_entries,
 
 	while (size < min_entries)
 		size <<= 1;
-	r->slots = calloc(size, slot_size);
+	r->slots = wisp_mem_calloc(size, slot_size);
 	if (!r->slots)
 		return -ENOMEM;
 	r->size = size;
@@ -53,77 +40,8 @@ int rdmap_ring_init(struct rdmap_ring *r, uint32_t min_entries,
 
 void rdmap_ring_fini(struct rdmap_ring *r)
 {
-	free(r->slots);
+	wisp_mem_free_array(r->slots, r->size, r->slot_size);
 	r->slots = NULL;
-}
-
-/* ------------------------------------------------------------------ */
-/* QP memory                                                          */
-/* ------------------------------------------------------------------ */
-
-/*
- * struct rdmap_qp is the largest piece of a connection's state, about
- * 8 KiB (its small transmit batch and receive stage are inline). Fresh
- * from calloc, it costs two page faults at its first touch, inside the
- * connection setup; on a VM where a fault costs 11 us that decided the
- * slowest connections of a burst (issue 13). So QPs live in chunks of
- * QP_CHUNK slots, mapped and populated by one madvise
- * (MADV_POPULATE_WRITE, about 0.7 us a page there), and a destroyed
- * QP's slot goes on a free list for the next QP. As with malloc's
- * arenas, the memory stays with the process at its peak.
- */
-#define QP_SLOT ((sizeof(struct rdmap_qp) + 63) & ~(size_t)63)
-#define QP_CHUNK 32
-
-static pthread_mutex_t qp_mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *qp_free_list;      /* a free slot's first word: the next */
-static char *qp_chunk_next;     /* never-used slots of the newest chunk */
-static char *qp_chunk_end;
-
-static struct rdmap_qp *qp_mem_get(void)
-{
-	void *p = NULL;
-
-	pthread_mutex_lock(&qp_mem_lock);
-	if (qp_free_list) {
-		p = qp_free_list;
-		QP_UNPOISON(p, QP_SLOT);
-		qp_free_list = *(void **)p;
-		*(void **)p = NULL; /* the rest was cleared by qp_mem_put */
-		goto out;
-	}
-	if (qp_chunk_next == qp_chunk_end) {
-		size_t len = QP_SLOT * QP_CHUNK;
-		char *c = qp_big_alloc(len);
-
-		if (!c)
-			goto out;
-		/* Best effort: without it (a kernel before 5.14) the
-		 * pages fault in as they are touched. */
-		(void)madvise(c, len, MADV_POPULATE_WRITE);
-		QP_LSAN_ROOT(c, len);
-		QP_POISON(c, len);
-		qp_chunk_next = c;
-		qp_chunk_end = c + len;
-	}
-	p = qp_chunk_next;
-	qp_chunk_next += QP_SLOT;
-	QP_UNPOISON(p, QP_SLOT); /* zero: a fresh mapping */
-out:
-	pthread_mutex_unlock(&qp_mem_lock);
-	return p;
-}
-
-/* The slot is cleared here rather than when it is handed out again, so
- * that no pointer of a destroyed QP is left in it. */
-static void qp_mem_put(struct rdmap_qp *qp)
-{
-	memset(qp, 0, QP_SLOT);
-	pthread_mutex_lock(&qp_mem_lock);
-	*(void **)qp = qp_free_list;
-	qp_free_list = qp;
-	QP_POISON(qp, QP_SLOT);
-	pthread_mutex_unlock(&qp_mem_lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -139,7 +57,9 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 		errno = EINVAL;
 		return NULL;
 	}
-	qp = qp_mem_get();
+	/* From wisp_mem: the QP core is about 8 KiB, two pages that would
+	 * fault in inside the connection setup (wisp_mem.h). */
+	qp = wisp_mem_zalloc(sizeof(*qp));
 	if (!qp)
 		goto err;
 	qp->cfg = *cfg;
@@ -152,7 +72,7 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 	if (rdmap_ring_init(&qp->rq, cfg->rq_size ? cfg->rq_size : 1,
 			    sizeof(struct rdmap_recv_wr)))
 		goto err_sq;
-	qp->meta = calloc(qp->sq.size, sizeof(*qp->meta));
+	qp->meta = wisp_mem_calloc(qp->sq.size, sizeof(*qp->meta));
 	if (!qp->meta)
 		goto err_bufs;
 	qp->fp = qp->fp_small;
@@ -169,7 +89,7 @@ err_bufs:
 err_sq:
 	rdmap_ring_fini(&qp->sq);
 err_free:
-	qp_mem_put(qp);
+	wisp_mem_free(qp, sizeof(*qp));
 err:
 	errno = ENOMEM;
 	return NULL;
@@ -258,16 +178,16 @@ void rdmap_qp_destroy(struct rdmap_qp *qp)
 	if (!qp)
 		return;
 	release_all(qp);
-	free(qp->ird);
-	free(qp->ord);
+	wisp_mem_free_array(qp->ird, (size_t)qp->ird_mask + 1, sizeof(*qp->ird));
+	wisp_mem_free_array(qp->ord, (size_t)qp->ord_mask + 1, sizeof(*qp->ord));
 	if (qp->stage != qp->stage_small)
 		qp_big_free(qp->stage, STAGE_SIZE);
 	if (qp->fp_big)
 		qp_big_free(qp->fp_big, TX_BIG_BYTES + qp->tx_buf_cap);
-	free(qp->meta);
+	wisp_mem_free_array(qp->meta, qp->sq.size, sizeof(*qp->meta));
 	rdmap_ring_fini(&qp->rq);
 	rdmap_ring_fini(&qp->sq);
-	qp_mem_put(qp);
+	wisp_mem_free(qp, sizeof(*qp));
 }
 
 struct rdmap_ring *rdmap_qp_sq(struct rdmap_qp *qp)
@@ -324,8 +244,8 @@ int rdmap_qp_start(struct rdmap_qp *qp, const struct rdmap_stream_cfg *s)
 	qp->ord_limit = qp->ord_size;
 	qp->ird_mask = ring_mask(qp->ird_size);
 	qp->ord_mask = ring_mask(qp->ord_size);
-	qp->ird = calloc((size_t)qp->ird_mask + 1, sizeof(*qp->ird));
-	qp->ord = calloc((size_t)qp->ord_mask + 1, sizeof(*qp->ord));
+	qp->ird = wisp_mem_calloc((size_t)qp->ird_mask + 1, sizeof(*qp->ird));
+	qp->ord = wisp_mem_calloc((size_t)qp->ord_mask + 1, sizeof(*qp->ord));
 	if (!qp->ird || !qp->ord)
 		return -ENOMEM;
 	mpa_tx_init(&qp->mtx, s->crc, false);

@@ -5,6 +5,7 @@
  */
 #include "glue_internal.h"
 #include "glue_tls.h"
+#include "wisp_mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -961,7 +962,7 @@ void glue_conn_free(struct glue_conn *c)
 	pthread_mutex_destroy(&c->rx_lock);
 	if (c->tx_iov != c->tx_iov_small)
 		munmap(c->tx_iov, GLUE_TX_IOV * sizeof(struct iovec));
-	free(c);
+	wisp_mem_free(c, sizeof(*c));
 }
 
 /* ------------------------------------------------------------------ */
@@ -2754,7 +2755,7 @@ struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
 	struct glue_conn *c;
 	int one = 1, fl, ret;
 
-	c = calloc(1, sizeof(*c));
+	c = wisp_mem_zalloc(sizeof(*c));
 	if (!c) {
 		glue_tls_drop(fd);
 		close(fd);
@@ -2819,7 +2820,7 @@ struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
 err:
 	glue_tls_drop(fd);
 	close(fd);
-	free(c);
+	wisp_mem_free(c, sizeof(*c));
 	errno = -ret;
 	return NULL;
 }

@@ -24,6 +24,7 @@
 
 #include "glue.h"
 #include "verbs_internal.h"
+#include "wisp_mem.h"
 
 /*
  * The CQs with events not yet read, oldest first, each on the list once
@@ -46,7 +47,7 @@ static struct wisp_channel *to_wch(struct ibv_comp_channel *ch)
 
 struct ibv_comp_channel *wisp_create_comp_channel(struct ibv_context *ctx)
 {
-	struct wisp_channel *ch = calloc(1, sizeof(*ch));
+	struct wisp_channel *ch = wisp_mem_zalloc(sizeof(*ch));
 
 	if (!ch) {
 		errno = ENOMEM;
@@ -54,7 +55,7 @@ struct ibv_comp_channel *wisp_create_comp_channel(struct ibv_context *ctx)
 	}
 	ch->base.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
 	if (ch->base.fd < 0) {
-		free(ch);
+		wisp_mem_free(ch, sizeof(*ch));
 		return NULL;
 	}
 	ch->base.context = ctx;
@@ -75,7 +76,7 @@ int wisp_destroy_comp_channel(struct ibv_comp_channel *ibch)
 		return EBUSY;
 	close(ibch->fd);
 	pthread_mutex_destroy(&ch->lock);
-	free(ch);
+	wisp_mem_free(ch, sizeof(*ch));
 	return 0;
 }
 
@@ -208,7 +209,7 @@ static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
 		return EINVAL;
 	while (size < (uint32_t)cqe)
 		size <<= 1;
-	cq->ring = calloc(size, sizeof(*cq->ring));
+	cq->ring = wisp_mem_calloc(size, sizeof(*cq->ring));
 	if (!cq->ring)
 		return ENOMEM;
 	cq->size = size;
@@ -243,14 +244,14 @@ struct ibv_cq *wisp_create_cq(struct ibv_context *ctx, int cqe,
 		errno = EINVAL;
 		return NULL;
 	}
-	cq = calloc(1, sizeof(*cq));
+	cq = wisp_mem_zalloc(sizeof(*cq));
 	if (!cq) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	ret = cq_init(cq, ctx, cqe, cq_context, ch);
 	if (ret) {
-		free(cq);
+		wisp_mem_free(cq, sizeof(*cq));
 		errno = ret;
 		return NULL;
 	}
@@ -304,8 +305,8 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_destroy(&cq->cons_lock);
 	pthread_mutex_destroy(&cq->conns_lock);
 	free(cq->conns);
-	free(cq->ring);
-	free(cq);
+	wisp_mem_free_array(cq->ring, cq->size, sizeof(*cq->ring));
+	wisp_mem_free(cq, sizeof(*cq));
 	return 0;
 }
 
@@ -691,7 +692,7 @@ struct ibv_cq_ex *wisp_create_cq_ex(struct ibv_context *ctx,
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	cq = calloc(1, sizeof(*cq));
+	cq = wisp_mem_zalloc(sizeof(*cq));
 	if (!cq) {
 		errno = ENOMEM;
 		return NULL;
@@ -699,7 +700,7 @@ struct ibv_cq_ex *wisp_create_cq_ex(struct ibv_context *ctx,
 	ret = cq_init(cq, ctx, (int)attr->cqe, attr->cq_context,
 		      attr->channel);
 	if (ret) {
-		free(cq);
+		wisp_mem_free(cq, sizeof(*cq));
 		errno = ret;
 		return NULL;
 	}

@@ -20,6 +20,7 @@
 #include "rdmap_qp.h"
 #include "verbs_internal.h"
 #include "verbs_stats.h"
+#include "wisp_mem.h"
 
 static atomic_uint next_qpn = 1;
 
@@ -295,7 +296,7 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	if (ret)
 		goto err;
 	ret = ENOMEM;
-	qp = calloc(1, sizeof(*qp));
+	qp = wisp_mem_zalloc(sizeof(*qp));
 	if (!qp)
 		goto err;
 	pthread_mutex_init(&qp->post_lock, NULL);
@@ -360,7 +361,7 @@ err_free:
 	pthread_mutex_destroy(&qp->stream.end_lock);
 	pthread_mutex_destroy(&qp->core_lock);
 	pthread_mutex_destroy(&qp->post_lock);
-	free(qp);
+	wisp_mem_free(qp, sizeof(*qp));
 err:
 	errno = ret;
 	return NULL;
@@ -646,7 +647,7 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_destroy(&qp->post_lock);
 	pthread_cond_destroy(&ibqp->cond);
 	pthread_mutex_destroy(&ibqp->mutex);
-	free(qp);
+	wisp_mem_free(qp, sizeof(*qp));
 	return 0;
 }
 

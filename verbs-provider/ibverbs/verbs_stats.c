@@ -51,7 +51,8 @@ static uint32_t st_qp_low;
 /* The QP slots below this one are populated (st_lock). A slot's memset
  * on a page not yet touched cost a page fault inside each connection
  * setup; populating 64 KiB of slots ahead with one madvise costs a
- * fraction of that (issue 13, as rdmap's QP memory). */
+ * fraction of that (issue 13, as mem/wisp_mem.h does for the rest of
+ * a connection's state). */
 static uint32_t st_qp_ready;
 #define ST_POPULATE_AHEAD (64u << 10)
 

@@ -32,6 +32,7 @@
 
 #include "cm_internal.h"
 #include "common/wisp_startup.h"
+#include "wisp_mem.h"
 
 static int fail(int neg_errno)
 {
@@ -147,7 +148,7 @@ static bool dial_done(struct dial *d)
 {
 	struct wcm_id *w = d->w;
 
-	free(d);
+	wisp_mem_free(d, sizeof(*d));
 	wcm_thread_done(w);
 	return false;
 }
@@ -705,7 +706,7 @@ static int dial_hand(struct dial *d)
  * from here on. NULL if out of memory. */
 static struct dial *dial_new(struct wcm_id *w)
 {
-	struct dial *d = calloc(1, sizeof(*d));
+	struct dial *d = wisp_mem_zalloc(sizeof(*d));
 
 	if (!d)
 		return NULL;
@@ -820,7 +821,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
 		if (ret) {
 			w->workers--;
 			pthread_cond_broadcast(&wcm.cond);
-			free(d);
+			wisp_mem_free(d, sizeof(*d));
 			wcm_set_state(w, WCM_ROUTE_RESOLVED);
 		}
 		d = NULL;

@@ -20,6 +20,7 @@
 
 #include "cm_internal.h"
 #include "wisp_private.h"
+#include "wisp_mem.h"
 
 struct wcm_channel *wcm_channel_new(void)
 {
@@ -70,7 +71,7 @@ void wcm_channel_free(struct wcm_channel *ch)
 		struct wcm_event *e = ch->head;
 
 		ch->head = e->next;
-		free(e);
+		wisp_mem_free(e, sizeof(*e));
 	}
 	ch->tail = NULL;
 	if (ch->dead)
@@ -205,7 +206,7 @@ struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
 
 	if (owner->dying)
 		return NULL;
-	e = calloc(1, sizeof(*e));
+	e = wisp_mem_zalloc(sizeof(*e));
 	if (!e) {
 		wcm_log(WCM_LOG_ERROR, "no memory for %s", rdma_event_str(type));
 		return NULL;
@@ -274,7 +275,7 @@ void wcm_events_purge(struct wcm_id *owner, struct wcm_id **orphans)
 			child->orphan_next = *orphans;
 			*orphans = child;
 		}
-		free(e);
+		wisp_mem_free(e, sizeof(*e));
 		e = next;
 	}
 }
@@ -415,7 +416,7 @@ int rdma_ack_cm_event(struct rdma_cm_event *event)
 	e->owner->events_out--;
 	pthread_cond_broadcast(&wcm.cond);
 	pthread_mutex_unlock(&wcm.lock);
-	free(e);
+	wisp_mem_free(e, sizeof(*e));
 	return 0;
 }
 

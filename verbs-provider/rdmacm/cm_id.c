@@ -20,6 +20,7 @@
 #include "cm_internal.h"
 #include "wisp_rdmacm.h"
 #include "common/wisp_startup.h"
+#include "wisp_mem.h"
 
 static int fail(int neg_errno)
 {
@@ -87,14 +88,14 @@ void wcm_id_set_device(struct wcm_id *w)
 struct wcm_id *wcm_id_new(struct wcm_channel *ch, void *context,
 			  enum rdma_port_space ps)
 {
-	struct wcm_id *w = calloc(1, sizeof(*w));
+	struct wcm_id *w = wisp_mem_zalloc(sizeof(*w));
 
 	if (!w)
 		return NULL;
 	if (!ch) {
 		ch = wcm_channel_new();
 		if (!ch) {
-			free(w);
+			wisp_mem_free(w, sizeof(*w));
 			return NULL;
 		}
 		w->sync = true;
@@ -123,7 +124,7 @@ void wcm_id_free(struct wcm_id *w)
 		wcm_channel_free(to_wch(w->id.channel));
 	free(w->ep_connect);
 	free(w->ep_qp_attr);
-	free(w);
+	wisp_mem_free(w, sizeof(*w));
 }
 
 int rdma_create_id(struct rdma_event_channel *channel,

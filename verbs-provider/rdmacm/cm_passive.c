@@ -21,6 +21,7 @@
 #include "cm_internal.h"
 #include "wisp_private.h"
 #include "common/wisp_startup.h"
+#include "wisp_mem.h"
 
 static int fail(int neg_errno)
 {
@@ -123,7 +124,7 @@ static void hs_close(struct wcm_hs *h)
 		glue_tls_drop(h->fd);
 		close(h->fd);
 	}
-	free(h);
+	wisp_mem_free(h, sizeof(*h));
 }
 
 /* Take h out of the listener's list (it is not closed). */
@@ -183,7 +184,7 @@ static struct wcm_hs *hs_admit(struct listener *ls, int fd,
 				const struct sockaddr_storage *peer,
 				int timeout_ms)
 {
-	struct wcm_hs *h = calloc(1, sizeof(*h)), *evict = NULL;
+	struct wcm_hs *h = wisp_mem_zalloc(sizeof(*h)), *evict = NULL;
 	const char *no = NULL;
 
 	if (!h) {
@@ -216,7 +217,7 @@ static struct wcm_hs *hs_admit(struct listener *ls, int fd,
 		wcm_log(WCM_LOG_INFO, "connection from %s closed: %s", h->who,
 			no);
 		close(fd);
-		free(h);
+		wisp_mem_free(h, sizeof(*h));
 		return NULL;
 	}
 	if (evict) {
@@ -369,7 +370,7 @@ static void hs_request(struct wcm_id *l, struct wcm_hs *h, int len)
 		if (c) {
 			c->fd = -1;
 			c->id.channel = NULL;
-			free(c);
+			wisp_mem_free(c, sizeof(*c));
 		}
 		if (full)
 			refuse_backlog(h, &req, &prefs);

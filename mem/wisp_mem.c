@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: MIT
+/*
+ * wisp_mem.c - populated, pooled memory for connection state
+ * (wisp_mem.h says why).
+ *
+ * Size classes: multiples of 64 octets up to 1 KiB, of 256 up to 4 KiB,
+ * of 1 KiB up to 16 KiB; 40 in all, at most a quarter of a slot wasted.
+ * Each class carves its slots from chunks it maps itself: the first
+ * holds four slots, each next one twice as many, up to 64 KiB (or eight
+ * slots, when that is more), so that a program with one connection keeps
+ * little and one with thousands maps rarely. A chunk is populated once,
+ * when it is mapped; a freed slot is cleared and pushed on its class's
+ * free list, so a slot is always zero when handed out.
+ *
+ * The ASan builds (and the fuzz build) give every object to calloc
+ * instead, with its length in a header in front, so that the leak
+ * checker and the use-after-free checks see each object, and a free
+ * with the wrong length aborts.
+ */
+#include "wisp_mem.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MEM_DIRECT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MEM_DIRECT 1
+#endif
+#endif
+
+#ifdef MEM_DIRECT
+
+/* 64 octets, so that the objects keep the alignment the pool gives. */
+struct direct_hdr {
+	size_t len;
+	char pad[64 - sizeof(size_t)];
+};
+
+bool wisp_mem_pooled(void)
+{
+	return false;
+}
+
+void *wisp_mem_zalloc(size_t len)
+{
+	struct direct_hdr *h;
+
+	if (len > SIZE_MAX - sizeof(*h)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* len 0 is taken as 1, as by the pool; h->len stays as asked. */
+	if (posix_memalign((void **)&h, 64, sizeof(*h) + (len ? len : 1))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memset(h, 0, sizeof(*h) + (len ? len : 1));
+	h->len = len;
+	return h + 1;
+}
+
+void wisp_mem_free(void *p, size_t len)
+{
+	struct direct_hdr *h;
+
+	if (!p)
+		return;
+	h = (struct direct_hdr *)p - 1;
+	if (h->len != len) {
+		fprintf(stderr, "wisp_mem_free: %p allocated with %zu octets, "
+			"freed with %zu\n", p, h->len, len);
+		abort();
+	}
+	free(h);
+}
+
+#else /* the pool */
+
+#define CLASSES 40
+#define CHUNK_CAP (64u * 1024)
+
+struct mem_class {
+	void *free_list;        /* a free slot's first word: the next */
+	char *next, *end;       /* never-used slots of the newest chunk */
+	size_t chunk_len;       /* of the next chunk */
+};
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mem_class mem_class[CLASSES];
+
+bool wisp_mem_pooled(void)
+{
+	return true;
+}
+
+static unsigned class_of(size_t len)
+{
+	if (len <= 1024)
+		return (unsigned)((len + 63) / 64) - 1;
+	if (len <= 4096)
+		return 15 + (unsigned)((len - 1024 + 255) / 256);
+	return 27 + (unsigned)((len - 4096 + 1023) / 1024);
+}
+
+static size_t slot_len(unsigned c)
+{
+	if (c < 16)
+		return 64 * ((size_t)c + 1);
+	if (c < 28)
+		return 1024 + 256 * ((size_t)c - 15);
+	return 4096 + 1024 * ((size_t)c - 27);
+}
+
+static size_t page_round(size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (n + pg - 1) & ~(pg - 1);
+}
+
+/* Called with mem_lock held: the class's next chunk, mapped and
+ * populated. */
+static int class_grow(struct mem_class *k, size_t slot)
+{
+	size_t cap = page_round(8 * slot);
+	size_t len;
+	char *c;
+
+	if (cap < CHUNK_CAP)
+		cap = CHUNK_CAP;
+	if (!k->chunk_len)
+		k->chunk_len = page_round(4 * slot);
+	len = k->chunk_len;
+	c = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
+		return -ENOMEM;
+	/* Best effort: without it (a kernel before 5.14) the pages fault
+	 * in as they are first touched, as from malloc. */
+	(void)madvise(c, len, MADV_POPULATE_WRITE);
+	k->next = c;
+	k->end = c + len / slot * slot;
+	if (k->chunk_len < cap)
+		k->chunk_len = k->chunk_len * 2 < cap ? k->chunk_len * 2 : cap;
+	return 0;
+}
+
+/* Above the classes: from malloc, with the pool's alignment. */
+static void *big_zalloc(size_t len)
+{
+	void *p;
+
+	if (posix_memalign(&p, 64, len)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return memset(p, 0, len);
+}
+
+void *wisp_mem_zalloc(size_t len)
+{
+	struct mem_class *k;
+	void *p = NULL;
+	size_t slot;
+
+	if (len > WISP_MEM_POOLED_MAX)
+		return big_zalloc(len);
+	if (!len)
+		len = 1;
+	k = &mem_class[class_of(len)];
+	slot = slot_len(class_of(len));
+	pthread_mutex_lock(&mem_lock);
+	if (k->free_list) {
+		p = k->free_list;
+		k->free_list = *(void **)p;
+		*(void **)p = NULL; /* the rest was cleared by wisp_mem_free */
+	} else if (k->next != k->end || class_grow(k, slot) == 0) {
+		p = k->next;
+		k->next += slot;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	if (!p)
+		errno = ENOMEM;
+	return p;
+}
+
+void wisp_mem_free(void *p, size_t len)
+{
+	struct mem_class *k;
+
+	if (!p)
+		return;
+	if (len > WISP_MEM_POOLED_MAX) {
+		free(p);
+		return;
+	}
+	if (!len)
+		len = 1;
+	k = &mem_class[class_of(len)];
+	/* The whole slot: a slot is all zero while free, whatever length
+	 * its earlier owners asked for. */
+	memset(p, 0, slot_len(class_of(len)));
+	pthread_mutex_lock(&mem_lock);
+	*(void **)p = k->free_list;
+	k->free_list = p;
+	pthread_mutex_unlock(&mem_lock);
+}
+
+#endif
+
+void *wisp_mem_calloc(size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return wisp_mem_zalloc(n * size);
+}
+
+void wisp_mem_free_array(void *p, size_t n, size_t size)
+{
+	wisp_mem_free(p, n * size);
+}
