@@ -127,6 +127,7 @@ struct dial {
 	struct glue_tls *t;        /* the session, attached to fd */
 	bool had_qp;
 	bool started;              /* connect made by rdma_connect's caller */
+	bool port_late;            /* the connect takes the port (cm_id.c) */
 	struct wisp_startup_init x;
 	struct glue_mpa_rd rd;
 	struct mpa_params params;
@@ -414,6 +415,8 @@ static bool dial_start(struct dial *d)
 		return dial_connected(d);
 	if (ret != -EINPROGRESS)
 		return dial_fail(d, ret);
+	if (d->port_late)
+		dial_source(d);           /* the port connect took */
 	/* On loopback the handshake is usually over already: send the
 	 * Request now, so that a listener never sees a burst of silent
 	 * connections (WISP_MPA_MAX_PENDING_PER_ADDR). */
@@ -721,6 +724,7 @@ static struct dial *dial_new(struct wcm_id *w)
 	d->tmo = w->opts.timeout_ms;
 	d->tls = w->opts.tls;
 	d->had_qp = w->id.qp || w->ext_qp;
+	d->port_late = w->port_late;
 	w->workers++;
 	return d;
 }
