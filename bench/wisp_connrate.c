@@ -494,10 +494,8 @@ static void run_rdma(uint16_t port, struct result *r, struct phase_set *ph,
 			exit(1);
 		}
 	}
-	for (int i = 0; i < nconn; i++) {
-		port_of[i] = rdma_get_src_port(ids[i]);
+	for (int i = 0; i < nconn; i++)
 		est[i] = 0;
-	}
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	r->threads = 0;
 	threads_sample(&r->threads, &last_look, true);
@@ -571,6 +569,10 @@ static void run_rdma(uint16_t port, struct result *r, struct phase_set *ph,
 	finish(r, lat, ok, t0, t1);
 	ph->t0 = t0;
 	ph->t1 = t1;
+	/* Read once connected: with every local port held (TIME_WAIT from
+	 * runs just before), the connect takes it, not rdma_resolve_addr. */
+	for (int i = 0; i < nconn; i++)
+		port_of[i] = rdma_get_src_port(ids[i]);
 	collect_phases(to_child, from_child, port_of, start, est, ph);
 	for (int i = 0; i < nconn; i++) {
 		if (with_qp)

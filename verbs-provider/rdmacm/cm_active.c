@@ -23,6 +23,8 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -128,6 +130,7 @@ struct dial {
 	struct glue_tls *t;        /* the session, attached to fd */
 	bool had_qp;
 	bool started;              /* connect made by rdma_connect's caller */
+	bool port_late;            /* the connect takes the port (cm_id.c) */
 	struct wisp_startup_init x;
 	struct glue_mpa_rd rd;
 	struct mpa_params params;
@@ -394,8 +397,32 @@ static bool dial_early_request(struct dial *d)
 	return true;
 }
 
-/* A new connection: the non-blocking TCP connect. */
-static bool dial_start(struct dial *d)
+/* connect(2) said EADDRNOTAVAIL: no local port free for dst (or the
+ * bound source address gone). Say which range, once per process (then at
+ * debug level). */
+static void ports_exhausted(const struct sockaddr *dst)
+{
+	static _Atomic bool told;
+	char who[64];
+	int lo = 0, hi = 0;
+	FILE *f;
+
+	f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+	if (f) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2)
+			lo = hi = 0;
+		fclose(f);
+	}
+	wcm_log(atomic_exchange(&told, true) ? WCM_LOG_DEBUG : WCM_LOG_WARN,
+		"connect to %s: no local port free (net.ipv4."
+		"ip_local_port_range %d-%d exhausted?) or the source address "
+		"gone: EADDRNOTAVAIL",
+		wcm_addr_str(dst, who, sizeof(who)), lo, hi);
+}
+
+/* A new connection's non-blocking TCP connect: 0, -EINPROGRESS, or a
+ * negative errno (-ECANCELED: the id is being destroyed). */
+static int dial_connect(struct dial *d)
 {
 	const struct sockaddr *dst = (const struct sockaddr *)&d->dst;
 	int ret;
@@ -405,12 +432,22 @@ static bool dial_start(struct dial *d)
 	dying = d->w->dying;
 	pthread_mutex_unlock(&wcm.lock);
 	if (dying)
-		return dial_fail(d, -ECANCELED);
+		return -ECANCELED;
 	dial_set(d, DIAL_TCP, POLLOUT, d->tmo);
 	/* The socket is non-blocking from socket() on (rdma_connect,
 	 * wcm_bind_locked): no F_GETFL, as glue_mpa_connect_start() makes
 	 * for any socket. */
 	ret = glue_mpa_connect_nb(d->fd, dst, wcm_addrlen(dst));
+	if (ret == -EADDRNOTAVAIL)
+		ports_exhausted(dst);
+	else if (ret == -EINPROGRESS && d->port_late)
+		dial_source(d);           /* the port connect took */
+	return ret;
+}
+
+/* What follows the connect (ret: dial_connect's). */
+static bool dial_connect_went(struct dial *d, int ret)
+{
 	if (!ret)
 		return dial_connected(d);
 	if (ret != -EINPROGRESS)
@@ -421,6 +458,12 @@ static bool dial_start(struct dial *d)
 	if (d->tls.mode == GLUE_TLS_OFF)
 		return dial_early_request(d);
 	return dial_tcp(d, false);
+}
+
+/* A new connection, on the dialer. */
+static bool dial_start(struct dial *d)
+{
+	return dial_connect_went(d, dial_connect(d));
 }
 
 /* One connection's turn: its socket is ready, or its deadline passed. */
@@ -722,6 +765,7 @@ static struct dial *dial_new(struct wcm_id *w)
 	d->tmo = w->opts.timeout_ms;
 	d->tls = w->opts.tls;
 	d->had_qp = w->id.qp || w->ext_qp;
+	d->port_late = w->port_late;
 	w->workers++;
 	return d;
 }
@@ -736,20 +780,39 @@ static struct dial *dial_new(struct wcm_id *w)
  * connection's time counted from its own call, instead of queueing them
  * all at once in front of one dialer thread that made every connect and
  * read every Reply (issue 13). A failure is the same event as from the
- * dialer.
+ * dialer, but for a connect without a local port, which is rdma_connect's
+ * own error: 0 or -EADDRNOTAVAIL.
  */
-static void dial_begin(struct dial *d)
+static int dial_begin(struct dial *d)
 {
-	int ret;
+	struct wcm_id *w = d->w;
+	int ret = dial_connect(d);
 
-	if (!dial_start(d))
-		return;                   /* over: its event is queued */
+	if (ret == -EADDRNOTAVAIL) {
+		/* No local port (or address) for the connect: rdma_connect
+		 * fails with EADDRNOTAVAIL, no event, and the id is
+		 * resolved again, socket and all, as the kernel's
+		 * rdma_connect leaves it when its iWARP driver cannot bind
+		 * or connect (siw_connect). The application may try again
+		 * or destroy it. */
+		pthread_mutex_lock(&wcm.lock);
+		if (w->state == WCM_CONNECTING)
+			wcm_set_state(w, WCM_ROUTE_RESOLVED);
+		w->workers--;
+		pthread_cond_broadcast(&wcm.cond);
+		pthread_mutex_unlock(&wcm.lock);
+		free(d);
+		return ret;
+	}
+	if (!dial_connect_went(d, ret))
+		return 0;                 /* over: its event is queued */
 	d->started = true;
 	pthread_mutex_lock(&wcm.lock);
 	ret = dial_hand(d);
 	pthread_mutex_unlock(&wcm.lock);
 	if (ret)
 		dial_fail(d, ret);
+	return 0;
 }
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *param)
@@ -830,7 +893,10 @@ out:
 	pthread_mutex_unlock(&wcm.lock);
 	if (ret)
 		return fail(ret);
-	if (d)
-		dial_begin(d);
+	if (d) {
+		ret = dial_begin(d);
+		if (ret)
+			return fail(ret);
+	}
 	return wcm_complete(w);
 }

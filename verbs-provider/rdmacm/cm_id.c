@@ -339,11 +339,70 @@ static bool is_wildcard(const struct sockaddr *sa)
 		       &in6addr_any, sizeof(in6addr_any));
 }
 
+static __be16 port_of(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_port;
+	if (sa->sa_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)sa)->sin6_port;
+	return 0;
+}
+
+/*
+ * Port 0: the kernel's choice at bind(2) (inet_csk_find_open_port) takes
+ * only a port that no socket holds at all, one in TIME_WAIT included,
+ * SO_REUSEADDR or not, while connect(2) on a socket without a port
+ * shares a port with sockets of other address pairs and takes over
+ * TIME_WAIT as net.ipv4.tcp_tw_reuse lets it. A burst of connections
+ * closed leaves the whole range in TIME_WAIT for a minute: bind then
+ * fails with EADDRINUSE where connect would not (rdma_resolve_addr did,
+ * after a few runs of bench/wisp_connrate). So the port is taken at bind
+ * while one is free, which keeps rdma_get_src_port right from
+ * ADDR_RESOLVED on, as with the kernel's rdma_cm; with none free, the
+ * address alone is bound (IP_BIND_ADDRESS_NO_PORT) and the port is the
+ * connect's (cm_active.c) or the listen's (cm_passive.c), whose own
+ * error then tells that the range is really exhausted. A failed search
+ * costs a pass over the whole range (about 1 ms per 10,000 ports, under
+ * wcm.lock): for WCM_PORTS_FULL_MS after one, binds skip it.
+ */
+#define WCM_PORTS_FULL_MS 1000
+static _Atomic int64_t ports_full_until = -1;
+
+static int bind_port(struct wcm_id *w, int fd, const struct sockaddr *addr,
+		     socklen_t len)
+{
+	int64_t now;
+	int one = 1;
+
+	w->port_late = false;
+	if (port_of(addr))
+		return bind(fd, addr, len) ? -errno : 0;
+	now = glue_mpa_now_ms();
+	if (now >= atomic_load(&ports_full_until)) {
+		if (!bind(fd, addr, len))
+			return 0;
+		if (errno != EADDRINUSE)
+			return -errno;
+		atomic_store(&ports_full_until, now + WCM_PORTS_FULL_MS);
+		wcm_log(WCM_LOG_INFO, "no local port is free to bind (every "
+			"one held, TIME_WAIT included): ids take theirs at "
+			"rdma_connect or rdma_listen");
+	}
+	/* The failed bind left the socket unbound. */
+	if (setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
+		       sizeof(one)))
+		return -errno;
+	if (bind(fd, addr, len))
+		return -errno;
+	w->port_late = true;
+	return 0;
+}
+
 /* Bind a new socket of w to addr (wcm.lock held). */
 int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 {
 	socklen_t len = wcm_addrlen(addr);
-	int fd;
+	int fd, ret;
 
 	if (!len)
 		return -EAFNOSUPPORT;
@@ -358,9 +417,8 @@ int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 		return -errno;
 	wcm_fd_room(fd);
 	wcm_sock_opts(w, fd, addr->sa_family);
-	if (bind(fd, addr, len)) {
-		int ret = -errno;
-
+	ret = bind_port(w, fd, addr, len);
+	if (ret) {
 		close(fd);
 		return ret;
 	}
@@ -435,7 +493,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	if (w->state == WCM_IDLE) {
 		/* Bind now, to src_addr or the wildcard, so that the source
 		 * port is known from ADDR_RESOLVED on (the kernel binds at
-		 * this point too). */
+		 * this point too), unless no port is free (bind_port). */
 		struct sockaddr_storage any = { .ss_family = dst_addr->sa_family };
 
 		ret = wcm_bind_locked(w, src_addr ? src_addr : (struct sockaddr *)&any);
@@ -497,15 +555,6 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	wcm_event_queue(w, w, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	pthread_mutex_unlock(&wcm.lock);
 	return wcm_complete(w);
-}
-
-static __be16 port_of(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET)
-		return ((const struct sockaddr_in *)sa)->sin_port;
-	if (sa->sa_family == AF_INET6)
-		return ((const struct sockaddr_in6 *)sa)->sin6_port;
-	return 0;
 }
 
 __be16 rdma_get_src_port(struct rdma_cm_id *id)

@@ -231,6 +231,8 @@ struct wcm_id {
 	bool sync;                /* private channel, calls wait for events */
 	bool dying;               /* rdma_destroy_id under way */
 	int fd;                   /* the id's socket, or -1 */
+	bool port_late;           /* fd bound without a port: connect or
+				   * listen takes one (cm_id.c bind_port) */
 	struct ibv_qp *ext_qp;    /* a QP named by rdma_conn_param.qp_num */
 	int wake_fd;              /* listener: eventfd to stop its thread */
 	int workers;              /* CM threads using this id */
@@ -303,7 +305,9 @@ void wcm_id_free(struct wcm_id *w);
 socklen_t wcm_addrlen(const struct sockaddr *sa);
 
 /* Bind a new socket of w (WCM_IDLE) to addr; the id becomes WCM_BOUND.
- * wcm.lock held. 0 or a negative errno. */
+ * Port 0 with no port free to bind: the address alone, and the connect
+ * or listen takes the port (w->port_late). wcm.lock held. 0 or a
+ * negative errno. */
 int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr);
 
 /* TCP_NODELAY on fd, a warning if it cannot be set (cm_id.c). */

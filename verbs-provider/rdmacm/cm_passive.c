@@ -707,6 +707,13 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		ret = -errno;
 		goto out;
 	}
+	if (w->port_late) {
+		/* listen took the port (cm_id.c bind_port) */
+		socklen_t alen = sizeof(id->route.addr.src_storage);
+
+		getsockname(w->fd, &id->route.addr.src_addr, &alen);
+		w->port_late = false;
+	}
 	w->backlog = backlog;
 	/* Non-blocking: a connection that vanishes between poll() and
 	 * accept() must not stall the listener. */
