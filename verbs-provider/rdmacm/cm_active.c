@@ -801,7 +801,7 @@ static int dial_begin(struct dial *d)
 		w->workers--;
 		pthread_cond_broadcast(&wcm.cond);
 		pthread_mutex_unlock(&wcm.lock);
-		free(d);
+		wisp_mem_free(d, sizeof(*d));
 		return ret;
 	}
 	if (!dial_connect_went(d, ret))
