@@ -18,6 +18,12 @@
  *     rdma_connect does when its iWARP driver cannot bind), with no
  *     event; the id stays resolved, and once a port is free again the
  *     same id connects.
+ *   - The range narrowed to one port, P, on which nothing listens: a
+ *     connect to loopback port P takes P as its source port too, and
+ *     TCP's simultaneous open connects the socket to itself. rdma_connect
+ *     and rconnect end as a refused connect does (UNREACHABLE with
+ *     -ECONNREFUSED; ECONNREFUSED), not in an MPA exchange with their own
+ *     Request (CONNECT_ERROR, -EPROTO).
  *
  * A user namespace cannot be made by a process with threads, which
  * Criterion's worker has: each case runs in a child forked for it, whose
@@ -41,8 +47,10 @@
 
 #include <criterion/criterion.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
 
 #include "cm_loopback.h"
+#include "wisp_rdmacm.h"
 
 #define WAIT_MS 5000
 #define CHILD_S 20             /* the child's alarm */
@@ -509,4 +517,206 @@ Test(cm_ports, listener_bound_with_no_port_free_takes_one_at_listen,
      .timeout = 30)
 {
 	in_child(listen_without_port, AF_INET);
+}
+
+/* ---- a connect to itself ---------------------------------------------- */
+
+/* The range narrowed to the one port PORT_LO. */
+static void one_port_range(void)
+{
+	char range[32];
+
+	snprintf(range, sizeof(range), "%d %d", PORT_LO, PORT_LO);
+	write_file("/proc/sys/net/ipv4/ip_local_port_range", range);
+}
+
+/* A plain TCP connect to loopback port PORT_LO connects to itself: the
+ * case the checks below are about, made sure of here. */
+static void tcp_connects_to_itself(int family)
+{
+	struct sockaddr_storage dst, src, peer;
+	socklen_t slen = sizeof(src), plen = sizeof(peer);
+	struct linger reset = { .l_onoff = 1, .l_linger = 0 };
+	int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	check(s >= 0, "socket: %s", strerror(errno));
+	loopback(family, &dst, PORT_LO);
+	check(!connect(s, (struct sockaddr *)&dst, sslen(family)),
+	      "TCP connect to port %d, the range's one port: %s", PORT_LO,
+	      strerror(errno));
+	check(!getsockname(s, (struct sockaddr *)&src, &slen) &&
+	      !getpeername(s, (struct sockaddr *)&peer, &plen),
+	      "getsockname / getpeername: %s", strerror(errno));
+	check(slen == plen && !memcmp(&src, &peer, slen),
+	      "the TCP connect did not connect to itself");
+	/* Reset, not closed: no TIME_WAIT holds the range's one port. */
+	check(!setsockopt(s, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset)),
+	      "SO_LINGER: %s", strerror(errno));
+	close(s);
+}
+
+/* A PSK file of the child's for TLS (docs/tls.md), its name in psk. */
+static void psk_file(char *psk, size_t len)
+{
+	static const char key[] = "000102030405060708090a0b0c0d0e0f"
+				  "101112131415161718191a1b1c1d1e1f\n";
+	int fd;
+
+	snprintf(psk, len, "/tmp/wisp-cm-ports-psk.XXXXXX");
+	fd = mkstemp(psk);
+	check(fd >= 0, "mkstemp: %s", strerror(errno));
+	check(write(fd, key, strlen(key)) == (ssize_t)strlen(key), "write: %s",
+	      strerror(errno));
+	close(fd);
+}
+
+/* TLS required on id, with the PSK in file psk. */
+static void tls_on(struct rdma_cm_id *id, const char *psk)
+{
+	static const char ident[] = "cm-ports";
+	int mode = WISP_TLS_REQUIRED;
+
+	check(!rdma_set_option(id, WISP_OPTION_LEVEL, WISP_OPT_TLS, &mode,
+			       sizeof(mode)) &&
+	      !rdma_set_option(id, WISP_OPTION_LEVEL, WISP_OPT_TLS_PSK_FILE,
+			       (void *)psk, strlen(psk) + 1) &&
+	      !rdma_set_option(id, WISP_OPTION_LEVEL,
+			       WISP_OPT_TLS_PSK_IDENTITY, (void *)ident,
+			       sizeof(ident)),
+	      "rdma_set_option, TLS: %s", strerror(errno));
+}
+
+/* rdma_connect of a fresh id to loopback port (with TLS under the PSK in
+ * file psk, unless NULL), the event it ends in (its status in *status). */
+static enum rdma_cm_event_type connect_outcome(struct rdma_event_channel *ch,
+					       int family, uint16_t port,
+					       const char *psk, int *status)
+{
+	struct sockaddr_storage dst;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	enum rdma_cm_event_type type;
+
+	loopback(family, &dst, port);
+	check(!rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
+	check(!rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000),
+	      "rdma_resolve_addr: %s", strerror(errno));
+	rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	check(!rdma_resolve_route(id, 2000), "rdma_resolve_route: %s",
+	      strerror(errno));
+	rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	if (psk)
+		tls_on(id, psk);
+	check(!rdma_connect(id, &cm_only), "rdma_connect to port %u: %s", port,
+	      strerror(errno));
+	check(poll(&p, 1, WAIT_MS) == 1, "no event within %d ms", WAIT_MS);
+	check(!rdma_get_cm_event(ch, &ev), "rdma_get_cm_event: %s",
+	      strerror(errno));
+	type = ev->event;
+	*status = ev->status;
+	rdma_ack_cm_event(ev);
+	check(!rdma_destroy_id(id), "rdma_destroy_id");
+	return type;
+}
+
+/* Plain MPA sends its Request as the connect completes (cm_active.c's
+ * dial_early_request); with TLS (psk) the dialer sees the connect done
+ * first (dial_connected). */
+static void connect_to_itself_with(int family, const char *psk)
+{
+	struct rdma_event_channel *ch;
+	enum rdma_cm_event_type want, got;
+	int want_st, got_st;
+
+	ch = rdma_create_event_channel();
+	check(ch, "rdma_create_event_channel");
+	/* What a refused connect ends in: to a port outside the range, on
+	 * which nothing listens. */
+	want = connect_outcome(ch, family, CM_PORT, psk, &want_st);
+	check(want == RDMA_CM_EVENT_UNREACHABLE && want_st == -ECONNREFUSED,
+	      "a refused connect: %s (status %d)", rdma_event_str(want),
+	      want_st);
+	tcp_connects_to_itself(family);
+	/* Twice: the first connect leaves nothing behind that changes the
+	 * second. */
+	for (int i = 0; i < 2; i++) {
+		got = connect_outcome(ch, family, PORT_LO, psk, &got_st);
+		check(got == want && got_st == want_st,
+		      "rdma_connect %d to port %d (the range's one port, "
+		      "nobody listening): %s (status %d), a refused connect: "
+		      "%s (status %d)", i, PORT_LO, rdma_event_str(got),
+		      got_st, rdma_event_str(want), want_st);
+	}
+	rdma_destroy_event_channel(ch);
+}
+
+static void connect_to_itself(int family)
+{
+	private_net();
+	one_port_range();
+	connect_to_itself_with(family, NULL);
+}
+
+static void connect_to_itself_tls(int family)
+{
+	char psk[64];
+
+	private_net();
+	one_port_range();
+	psk_file(psk, sizeof(psk));
+	connect_to_itself_with(family, psk);
+	unlink(psk);
+}
+
+Test(cm_ports, connect_to_itself_is_refused, .timeout = 30)
+{
+	in_child(connect_to_itself, AF_INET);
+}
+
+Test(cm_ports, connect_to_itself_is_refused_ipv6, .timeout = 30)
+{
+	in_child(connect_to_itself, AF_INET6);
+}
+
+Test(cm_ports, connect_to_itself_is_refused_tls, .timeout = 30)
+{
+	in_child(connect_to_itself_tls, AF_INET);
+}
+
+/* rconnect to port, blocking: its errno (0 if it connected). */
+static int rconnect_errno(int family, uint16_t port)
+{
+	struct sockaddr_storage dst;
+	int s = rsocket(family, SOCK_STREAM, 0), e = 0;
+
+	check(s >= 0, "rsocket: %s", strerror(errno));
+	loopback(family, &dst, port);
+	if (rconnect(s, (struct sockaddr *)&dst, sslen(family)))
+		e = errno;
+	rclose(s);
+	return e;
+}
+
+static void rconnect_to_itself(int family)
+{
+	int e;
+
+	private_net();
+	one_port_range();
+	e = rconnect_errno(family, CM_PORT);
+	check(e == ECONNREFUSED, "rconnect, refused: %s", strerror(e));
+	tcp_connects_to_itself(family);
+	for (int i = 0; i < 2; i++) {
+		e = rconnect_errno(family, PORT_LO);
+		check(e == ECONNREFUSED,
+		      "rconnect %d to port %d (the range's one port, nobody "
+		      "listening): %s, wanted %s", i, PORT_LO, strerror(e),
+		      strerror(ECONNREFUSED));
+	}
+}
+
+Test(cm_ports, rconnect_to_itself_is_refused, .timeout = 30)
+{
+	in_child(rconnect_to_itself, AF_INET);
 }

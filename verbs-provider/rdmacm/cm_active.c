@@ -3,9 +3,10 @@
  * cm_active.c - the active side of a connection: rdma_connect starts the
  * TCP connect and sends the Request (with TLS it hands the id over
  * first), and the dialer (one thread for all connects, below) takes it
- * from there: the connect within the timeout (refused or timed out:
- * UNREACHABLE), the Reply (R set: REJECTED with the Responder's private
- * data; anything unacceptable: CONNECT_ERROR), and the socket to the QP.
+ * from there: the connect within the timeout (refused, to itself, or
+ * timed out: UNREACHABLE), the Reply (R set: REJECTED with the
+ * Responder's private data; anything unacceptable: CONNECT_ERROR), and
+ * the socket to the QP.
  * The MPA steps are common/wisp_startup.c's.
  *
  * Status of the failure events follows the kernel's iWARP CM
@@ -326,6 +327,71 @@ static void dial_source(struct dial *d)
 	pthread_mutex_unlock(&wcm.lock);
 }
 
+/* The same address and port (family included), as getsockname and
+ * getpeername give them. */
+static bool same_endpoint(const struct sockaddr_storage *a, socklen_t alen,
+			  const struct sockaddr_storage *b, socklen_t blen)
+{
+	if (alen != blen || a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a,
+					 *y = (const void *)b;
+
+		return x->sin_port == y->sin_port &&
+		       x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a,
+					  *y = (const void *)b;
+
+		return x->sin6_port == y->sin6_port &&
+		       !memcmp(&x->sin6_addr, &y->sin6_addr,
+			       sizeof(x->sin6_addr));
+	}
+	return false;
+}
+
+/*
+ * TCP is connected: the source address as it is now (dial_source), unless
+ * the socket is connected to itself. A connect to a local port on which
+ * nobody listens may get that same port as its source (one in
+ * net.ipv4.ip_local_port_range, and the only one free: a listener there
+ * just closed), and TCP's simultaneous open then connects the socket to
+ * itself, as Linux allows. The MPA exchange would read back its own
+ * Request (CONNECT_ERROR, -EPROTO). It is a refused connect: the same
+ * event, and the socket reset, not closed, so that no TIME_WAIT keeps the
+ * port from the next connect or from a listener (a refused connect leaves
+ * nothing behind either). False if d has ended so.
+ */
+static bool dial_up(struct dial *d)
+{
+	struct linger reset = { .l_onoff = 1, .l_linger = 0 };
+	struct sockaddr_storage src, peer;
+	socklen_t slen = sizeof(src), plen = sizeof(peer);
+	struct wcm_id *w = d->w;
+	char who[64];
+
+	if (getsockname(d->fd, (struct sockaddr *)&src, &slen))
+		return true;
+	if (getpeername(d->fd, (struct sockaddr *)&peer, &plen) ||
+	    !same_endpoint(&src, slen, &peer, plen)) {
+		pthread_mutex_lock(&wcm.lock);
+		memcpy(&w->id.route.addr.src_storage, &src,
+		       slen < sizeof(w->id.route.addr.src_storage) ?
+		       slen : sizeof(w->id.route.addr.src_storage));
+		pthread_mutex_unlock(&wcm.lock);
+		return true;
+	}
+	wcm_log(WCM_LOG_INFO, "connect to %s: connected to itself (the "
+		"source port is the destination's, where nobody listens): "
+		"refused",
+		wcm_addr_str((const struct sockaddr *)&d->dst, who,
+			     sizeof(who)));
+	setsockopt(d->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+	return dial_fail(d, -ECONNREFUSED);
+}
+
 /* TCP is connected: TLS if asked for, then the Request. */
 static bool dial_connected(struct dial *d)
 {
@@ -335,7 +401,8 @@ static bool dial_connected(struct dial *d)
 	 * (glue_conn_add): every call on it until then passes MSG_DONTWAIT
 	 * or polls itself, TLS's included. Switching it to blocking and
 	 * back cost two fcntl calls per connection (issue 13). */
-	dial_source(d);
+	if (!dial_up(d))
+		return false;
 	/* Plain MPA sends one frame, the first data on the connection,
 	 * which Nagle never holds back; glue_conn_add sets TCP_NODELAY for
 	 * the FPDUs. TLS sends its MPA Request right behind its Finished,
@@ -381,7 +448,9 @@ static bool dial_early_request(struct dial *d)
 		return true;              /* DIAL_TCP: wait for POLLOUT */
 	if (n < 0)
 		return dial_fail(d, (int)n);
-	dial_source(d);
+	/* Connected: the Request went out, to itself perhaps. */
+	if (!dial_up(d))
+		return false;
 	dial_set(d, DIAL_REPLY, POLLIN, d->tmo);
 	/* A fresh socket's send buffer takes the whole frame; should it
 	 * not, the rest goes as dial_request sends, within the timeout. */
