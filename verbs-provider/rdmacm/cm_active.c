@@ -327,8 +327,8 @@ static void dial_source(struct dial *d)
 	pthread_mutex_unlock(&wcm.lock);
 }
 
-/* The same address and port (family included), as getsockname and
- * getpeername give them. */
+/* The same address and port (family included), as getsockname gives
+ * them and as connect took them. */
 static bool same_endpoint(const struct sockaddr_storage *a, socklen_t alen,
 			  const struct sockaddr_storage *b, socklen_t blen)
 {
@@ -367,15 +367,17 @@ static bool same_endpoint(const struct sockaddr_storage *a, socklen_t alen,
 static bool dial_up(struct dial *d)
 {
 	struct linger reset = { .l_onoff = 1, .l_linger = 0 };
-	struct sockaddr_storage src, peer;
-	socklen_t slen = sizeof(src), plen = sizeof(peer);
+	const struct sockaddr *dst = (const struct sockaddr *)&d->dst;
+	struct sockaddr_storage src;
+	socklen_t slen = sizeof(src);
 	struct wcm_id *w = d->w;
 	char who[64];
 
 	if (getsockname(d->fd, (struct sockaddr *)&src, &slen))
 		return true;
-	if (getpeername(d->fd, (struct sockaddr *)&peer, &plen) ||
-	    !same_endpoint(&src, slen, &peer, plen)) {
+	/* The peer of a connected TCP socket is the address it connected
+	 * to: no getpeername. */
+	if (!same_endpoint(&src, slen, &d->dst, wcm_addrlen(dst))) {
 		pthread_mutex_lock(&wcm.lock);
 		memcpy(&w->id.route.addr.src_storage, &src,
 		       slen < sizeof(w->id.route.addr.src_storage) ?
@@ -386,8 +388,7 @@ static bool dial_up(struct dial *d)
 	wcm_log(WCM_LOG_INFO, "connect to %s: connected to itself (the "
 		"source port is the destination's, where nobody listens): "
 		"refused",
-		wcm_addr_str((const struct sockaddr *)&d->dst, who,
-			     sizeof(who)));
+		wcm_addr_str(dst, who, sizeof(who)));
 	setsockopt(d->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
 	return dial_fail(d, -ECONNREFUSED);
 }
