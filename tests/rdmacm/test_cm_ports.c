@@ -401,6 +401,33 @@ Test(cm_ports, connects_while_every_port_is_in_time_wait_ipv6,
 	in_child(connect_in_time_wait, AF_INET6);
 }
 
+/* Every port of the range bound by a socket of its own (held[PORTS]):
+ * connect(2) shares no port that bind(2) took. */
+static void hold_every_port(int family, int *held)
+{
+	for (int i = 0; i < PORTS; i++) {
+		struct sockaddr_storage a;
+
+		held[i] = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		check(held[i] >= 0, "socket: %s", strerror(errno));
+		loopback(family, &a, (uint16_t)(PORT_LO + i));
+		check(!bind(held[i], (struct sockaddr *)&a, sslen(family)),
+		      "bind: %s", strerror(errno));
+	}
+}
+
+/* A connection's two ids, its listener and both channels, destroyed. */
+static void end_all(struct rdma_cm_id *cl, struct rdma_cm_id *sv,
+		    struct rdma_cm_id *l, struct rdma_event_channel *cch,
+		    struct rdma_event_channel *sch)
+{
+	check(!rdma_destroy_id(cl), "rdma_destroy_id");
+	check(!rdma_destroy_id(sv), "rdma_destroy_id");
+	check(!rdma_destroy_id(l), "rdma_destroy_id");
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
 static void connect_without_port(int family)
 {
 	struct rdma_event_channel *sch, *cch;
@@ -413,17 +440,7 @@ static void connect_without_port(int family)
 	cch = rdma_create_event_channel();
 	check(sch && cch, "rdma_create_event_channel");
 	l = cm_listener(sch, family);
-	/* Every port bound by a socket: connect(2) shares no port that
-	 * bind(2) took. */
-	for (int i = 0; i < PORTS; i++) {
-		struct sockaddr_storage a;
-
-		held[i] = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		check(held[i] >= 0, "socket: %s", strerror(errno));
-		loopback(family, &a, (uint16_t)(PORT_LO + i));
-		check(!bind(held[i], (struct sockaddr *)&a, sslen(family)),
-		      "bind: %s", strerror(errno));
-	}
+	hold_every_port(family, held);
 	cl = resolved(cch, family);
 	errno = 0;
 	check(rdma_connect(cl, &cm_only) == -1, "connected without a port");
@@ -441,11 +458,7 @@ static void connect_without_port(int family)
 	sv = accept_one(sch, cch, cl);
 	for (int i = 0; i < PORTS - 1; i++)
 		close(held[i]);
-	check(!rdma_destroy_id(cl), "rdma_destroy_id");
-	check(!rdma_destroy_id(sv), "rdma_destroy_id");
-	check(!rdma_destroy_id(l), "rdma_destroy_id");
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	end_all(cl, sv, l, cch, sch);
 }
 
 Test(cm_ports, no_port_left_fails_rdma_connect_with_eaddrnotavail,
@@ -465,13 +478,7 @@ static void listen_without_port(int family)
 	uint16_t port;
 
 	private_net();
-	for (int i = 0; i < PORTS; i++) {
-		held[i] = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		check(held[i] >= 0, "socket: %s", strerror(errno));
-		loopback(family, &a, (uint16_t)(PORT_LO + i));
-		check(!bind(held[i], (struct sockaddr *)&a, sslen(family)),
-		      "bind: %s", strerror(errno));
-	}
+	hold_every_port(family, held);
 	sch = rdma_create_event_channel();
 	cch = rdma_create_event_channel();
 	check(sch && cch, "rdma_create_event_channel");
@@ -506,11 +513,7 @@ static void listen_without_port(int family)
 	sv = accept_one(sch, cch, cl);
 	for (int i = 2; i < PORTS; i++)
 		close(held[i]);
-	check(!rdma_destroy_id(cl), "rdma_destroy_id");
-	check(!rdma_destroy_id(sv), "rdma_destroy_id");
-	check(!rdma_destroy_id(l), "rdma_destroy_id");
-	rdma_destroy_event_channel(cch);
-	rdma_destroy_event_channel(sch);
+	end_all(cl, sv, l, cch, sch);
 }
 
 Test(cm_ports, listener_bound_with_no_port_free_takes_one_at_listen,
