@@ -318,21 +318,16 @@ static int dial_tls_start(struct dial *d)
 /* TCP is connected: the source address as it is now. */
 static void dial_source(struct dial *d)
 {
-	struct wcm_id *w = d->w;
-	socklen_t alen;
-
 	pthread_mutex_lock(&wcm.lock);
-	alen = sizeof(w->id.route.addr.src_storage);
-	getsockname(d->fd, &w->id.route.addr.src_addr, &alen);
+	wcm_src_read(d->w, d->fd);
 	pthread_mutex_unlock(&wcm.lock);
 }
 
-/* The same address and port (family included), as getsockname gives
- * them and as connect took them. */
-static bool same_endpoint(const struct sockaddr_storage *a, socklen_t alen,
-			  const struct sockaddr_storage *b, socklen_t blen)
+/* The same family, address and port. */
+static bool same_endpoint(const struct sockaddr_storage *a,
+			  const struct sockaddr_storage *b)
 {
-	if (alen != blen || a->ss_family != b->ss_family)
+	if (a->ss_family != b->ss_family)
 		return false;
 	if (a->ss_family == AF_INET) {
 		const struct sockaddr_in *x = (const void *)a,
@@ -367,28 +362,19 @@ static bool same_endpoint(const struct sockaddr_storage *a, socklen_t alen,
 static bool dial_up(struct dial *d)
 {
 	struct linger reset = { .l_onoff = 1, .l_linger = 0 };
-	const struct sockaddr *dst = (const struct sockaddr *)&d->dst;
-	struct sockaddr_storage src;
-	socklen_t slen = sizeof(src);
-	struct wcm_id *w = d->w;
 	char who[64];
 
-	if (getsockname(d->fd, (struct sockaddr *)&src, &slen))
-		return true;
+	dial_source(d);
 	/* The peer of a connected TCP socket is the address it connected
-	 * to: no getpeername. */
-	if (!same_endpoint(&src, slen, &d->dst, wcm_addrlen(dst))) {
-		pthread_mutex_lock(&wcm.lock);
-		memcpy(&w->id.route.addr.src_storage, &src,
-		       slen < sizeof(w->id.route.addr.src_storage) ?
-		       slen : sizeof(w->id.route.addr.src_storage));
-		pthread_mutex_unlock(&wcm.lock);
+	 * to: no getpeername. The source is only written by this thread
+	 * while the connect is under way. */
+	if (!same_endpoint(&d->w->id.route.addr.src_storage, &d->dst))
 		return true;
-	}
 	wcm_log(WCM_LOG_INFO, "connect to %s: connected to itself (the "
 		"source port is the destination's, where nobody listens): "
 		"refused",
-		wcm_addr_str(dst, who, sizeof(who)));
+		wcm_addr_str((const struct sockaddr *)&d->dst, who,
+			     sizeof(who)));
 	setsockopt(d->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
 	return dial_fail(d, -ECONNREFUSED);
 }

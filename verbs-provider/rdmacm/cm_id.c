@@ -398,6 +398,13 @@ static int bind_port(struct wcm_id *w, int fd, const struct sockaddr *addr,
 	return 0;
 }
 
+void wcm_src_read(struct wcm_id *w, int fd)
+{
+	socklen_t len = sizeof(w->id.route.addr.src_storage);
+
+	getsockname(fd, &w->id.route.addr.src_addr, &len);
+}
+
 /* Bind a new socket of w to addr (wcm.lock held). */
 int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 {
@@ -422,8 +429,7 @@ int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr)
 		close(fd);
 		return ret;
 	}
-	len = sizeof(w->id.route.addr.src_storage);
-	getsockname(fd, &w->id.route.addr.src_addr, &len);
+	wcm_src_read(w, fd);
 	w->fd = fd;
 	wcm_set_state(w, WCM_BOUND);
 	/* As the kernel's rdma_cm: a specific address binds the id to the

@@ -310,6 +310,10 @@ socklen_t wcm_addrlen(const struct sockaddr *sa);
  * negative errno. */
 int wcm_bind_locked(struct wcm_id *w, const struct sockaddr *addr);
 
+/* w's source address as its socket fd has it now (getsockname), into
+ * w->id.route. wcm.lock held. */
+void wcm_src_read(struct wcm_id *w, int fd);
+
 /* TCP_NODELAY on fd, a warning if it cannot be set (cm_id.c). */
 void wcm_no_delay(int fd);
 /* Set the id's socket options (REUSEADDR, TOS, V6ONLY, TCP_NODELAY) on fd. */

@@ -264,7 +264,6 @@ static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 			 const uint8_t *buf, int len, const struct mpa_rr *req)
 {
 	struct wcm_event *e;
-	socklen_t alen;
 
 	c->opts = l->opts;
 	memcpy(c->req_frame, buf, (size_t)len);
@@ -277,14 +276,12 @@ static int raise_request(struct wcm_id *l, struct wcm_id *c, int fd,
 	/* A listener bound to one address accepts on that address and its
 	 * port: no getsockname (issue 13). The wildcard's connections tell
 	 * which address they came to. */
-	if (bound_to_one(&l->id.route.addr.src_addr)) {
+	if (bound_to_one(&l->id.route.addr.src_addr))
 		memcpy(&c->id.route.addr.src_storage,
 		       &l->id.route.addr.src_storage,
 		       sizeof(c->id.route.addr.src_storage));
-	} else {
-		alen = sizeof(c->id.route.addr.src_storage);
-		getsockname(fd, &c->id.route.addr.src_addr, &alen);
-	}
+	else
+		wcm_src_read(c, fd);
 	/* The peer's address as accept() gave it: no getpeername. */
 	memcpy(&c->id.route.addr.dst_storage, peer,
 	       sizeof(c->id.route.addr.dst_storage));
@@ -709,9 +706,7 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	}
 	if (w->port_late) {
 		/* listen took the port (cm_id.c bind_port) */
-		socklen_t alen = sizeof(id->route.addr.src_storage);
-
-		getsockname(w->fd, &id->route.addr.src_addr, &alen);
+		wcm_src_read(w, w->fd);
 		w->port_late = false;
 	}
 	w->backlog = backlog;
