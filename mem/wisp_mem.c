@@ -169,14 +169,14 @@ void *wisp_mem_zalloc(size_t len)
 {
 	struct mem_class *k;
 	void *p = NULL;
+	unsigned c;
 	size_t slot;
 
 	if (len > WISP_MEM_POOLED_MAX)
 		return big_zalloc(len);
-	if (!len)
-		len = 1;
-	k = &mem_class[class_of(len)];
-	slot = slot_len(class_of(len));
+	c = class_of(len ? len : 1);
+	k = &mem_class[c];
+	slot = slot_len(c);
 	pthread_mutex_lock(&mem_lock);
 	if (k->free_list) {
 		p = k->free_list;
@@ -195,6 +195,7 @@ void *wisp_mem_zalloc(size_t len)
 void wisp_mem_free(void *p, size_t len)
 {
 	struct mem_class *k;
+	unsigned c;
 
 	if (!p)
 		return;
@@ -202,12 +203,11 @@ void wisp_mem_free(void *p, size_t len)
 		free(p);
 		return;
 	}
-	if (!len)
-		len = 1;
-	k = &mem_class[class_of(len)];
+	c = class_of(len ? len : 1);
+	k = &mem_class[c];
 	/* The whole slot: a slot is all zero while free, whatever length
 	 * its earlier owners asked for. */
-	memset(p, 0, slot_len(class_of(len)));
+	memset(p, 0, slot_len(c));
 	pthread_mutex_lock(&mem_lock);
 	*(void **)p = k->free_list;
 	k->free_list = p;

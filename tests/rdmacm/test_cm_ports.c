@@ -310,18 +310,17 @@ static struct rdma_cm_id *cm_listener(struct rdma_event_channel *ch,
 	return l;
 }
 
-/* An id resolved (address and route) towards the CM listener. */
+/* An id resolved (address and route) towards loopback port. */
 static struct rdma_cm_id *resolved(struct rdma_event_channel *ch,
-				   int family)
+				   int family, uint16_t port)
 {
 	struct sockaddr_storage dst;
 	struct rdma_cm_id *id;
 
-	loopback(family, &dst, CM_PORT);
+	loopback(family, &dst, port);
 	check(!rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
 	check(!rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000),
-	      "rdma_resolve_addr, every port of the range held: %s",
-	      strerror(errno));
+	      "rdma_resolve_addr to port %u: %s", port, strerror(errno));
 	rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
 	check(!rdma_resolve_route(id, 2000), "rdma_resolve_route: %s",
 	      strerror(errno));
@@ -374,7 +373,7 @@ static void connect_in_time_wait(int family)
 	l = cm_listener(sch, family);
 	/* All resolved first, as a burst of connections is made. */
 	for (int i = 0; i < IDS; i++)
-		cl[i] = resolved(cch, family);
+		cl[i] = resolved(cch, family, CM_PORT);
 	for (int i = 0; i < IDS; i++) {
 		check(!rdma_connect(cl[i], &cm_only), "rdma_connect %d: %s", i,
 		      strerror(errno));
@@ -441,7 +440,7 @@ static void connect_without_port(int family)
 	check(sch && cch, "rdma_create_event_channel");
 	l = cm_listener(sch, family);
 	hold_every_port(family, held);
-	cl = resolved(cch, family);
+	cl = resolved(cch, family, CM_PORT);
 	errno = 0;
 	check(rdma_connect(cl, &cm_only) == -1, "connected without a port");
 	check(errno == EADDRNOTAVAIL, "rdma_connect: %s, wanted %s",
@@ -473,7 +472,7 @@ static void listen_without_port(int family)
 {
 	struct rdma_event_channel *sch, *cch;
 	struct rdma_cm_id *l, *cl, *sv;
-	struct sockaddr_storage a, dst;
+	struct sockaddr_storage a;
 	int held[PORTS];
 	uint16_t port;
 
@@ -500,13 +499,7 @@ static void listen_without_port(int family)
 	check(port == PORT_LO, "the listener reports port %u", port);
 	/* Connectable there (the client's port from the one the listener
 	 * does not hold, with another peer address pair). */
-	loopback(family, &dst, port);
-	check(!rdma_create_id(cch, &cl, NULL, RDMA_PS_TCP), "rdma_create_id");
-	check(!rdma_resolve_addr(cl, NULL, (struct sockaddr *)&dst, 2000),
-	      "rdma_resolve_addr: %s", strerror(errno));
-	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	check(!rdma_resolve_route(cl, 2000), "rdma_resolve_route");
-	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	cl = resolved(cch, family, port);
 	close(held[1]);
 	check(!rdma_connect(cl, &cm_only), "rdma_connect: %s",
 	      strerror(errno));
@@ -595,20 +588,12 @@ static enum rdma_cm_event_type connect_outcome(struct rdma_event_channel *ch,
 					       int family, uint16_t port,
 					       const char *psk, int *status)
 {
-	struct sockaddr_storage dst;
 	struct rdma_cm_event *ev;
 	struct rdma_cm_id *id;
 	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 	enum rdma_cm_event_type type;
 
-	loopback(family, &dst, port);
-	check(!rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), "rdma_create_id");
-	check(!rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000),
-	      "rdma_resolve_addr: %s", strerror(errno));
-	rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	check(!rdma_resolve_route(id, 2000), "rdma_resolve_route: %s",
-	      strerror(errno));
-	rdma_ack_cm_event(expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	id = resolved(ch, family, port);
 	if (psk)
 		tls_on(id, psk);
 	check(!rdma_connect(id, &cm_only), "rdma_connect to port %u: %s", port,
