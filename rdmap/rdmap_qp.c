@@ -48,6 +48,14 @@ void rdmap_ring_fini(struct rdmap_ring *r)
 /* Life cycle                                                         */
 /* ------------------------------------------------------------------ */
 
+/* What rdmap_qp_create allocates beside the core (each may be NULL). */
+static void qp_free_parts(struct rdmap_qp *qp)
+{
+	wisp_mem_free(qp->tx_small, sizeof(*qp->tx_small));
+	wisp_mem_free(qp->stage_small, STAGE_SMALL);
+	wisp_mem_free(qp->own_st, sizeof(*qp->own_st));
+}
+
 struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 {
 	struct rdmap_qp *qp;
@@ -57,28 +65,42 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 		errno = EINVAL;
 		return NULL;
 	}
-	/* From wisp_mem: the QP core is about 8 KiB, two pages that would
-	 * fault in inside the connection setup (wisp_mem.h). */
+	/*
+	 * From wisp_mem (wisp_mem.h): the core, and apart from it the small
+	 * batch and stage and the QP's own counters. A page costs at its
+	 * first touch, from user space and again from the kernel (a
+	 * send or receive), and a connection's setup touches only part of
+	 * this: the initiator builds its RTR in the batch, the responder
+	 * receives it in the stage, and the counters are the statistics
+	 * file's unless it is off. As separate objects, packed with those
+	 * of other QPs, the parts a QP does not use stay untouched.
+	 */
 	qp = wisp_mem_zalloc(sizeof(*qp));
 	if (!qp)
 		goto err;
 	qp->cfg = *cfg;
-	qp->st = cfg->stats ? cfg->stats : &qp->own_st;
+	qp->tx_small = wisp_mem_zalloc(sizeof(*qp->tx_small));
+	qp->stage_small = wisp_mem_zalloc(STAGE_SMALL);
+	if (!cfg->stats)
+		qp->own_st = wisp_mem_zalloc(sizeof(*qp->own_st));
+	if (!qp->tx_small || !qp->stage_small || (!cfg->stats && !qp->own_st))
+		goto err_parts;
+	qp->st = cfg->stats ? cfg->stats : qp->own_st;
 	atomic_init(&qp->state, RDMAP_QP_IDLE);
 	atomic_init(&qp->access, cfg->access);
 	if (rdmap_ring_init(&qp->sq, cfg->sq_size ? cfg->sq_size : 1,
 			    sizeof(struct rdmap_send_wr)))
-		goto err_free;
+		goto err_parts;
 	if (rdmap_ring_init(&qp->rq, cfg->rq_size ? cfg->rq_size : 1,
 			    sizeof(struct rdmap_recv_wr)))
 		goto err_sq;
 	qp->meta = wisp_mem_calloc(qp->sq.size, sizeof(*qp->meta));
 	if (!qp->meta)
 		goto err_bufs;
-	qp->fp = qp->fp_small;
+	qp->fp = qp->tx_small->fp;
 	qp->fp_cap = TX_SMALL_FPDUS;
 	qp->b_max = TX_BATCH_BYTES;
-	qp->iov = qp->iov_small;
+	qp->iov = qp->tx_small->iov;
 	qp->iov_cap = TX_SMALL_IOV;
 	qp->stage = qp->stage_small;
 	qp->stage_cap = STAGE_SMALL;
@@ -88,7 +110,8 @@ err_bufs:
 	rdmap_ring_fini(&qp->rq);
 err_sq:
 	rdmap_ring_fini(&qp->sq);
-err_free:
+err_parts:
+	qp_free_parts(qp);
 	wisp_mem_free(qp, sizeof(*qp));
 err:
 	errno = ENOMEM;
@@ -127,9 +150,9 @@ bool rdmap_qp_trim(struct rdmap_qp *qp)
 		qp->fp_big = NULL;
 		qp->tx_buf = NULL;
 		qp->tx_buf_cap = qp->tx_buf_used = 0;
-		qp->fp = qp->fp_small;
+		qp->fp = qp->tx_small->fp;
 		qp->fp_cap = TX_SMALL_FPDUS;
-		qp->iov = qp->iov_small;
+		qp->iov = qp->tx_small->iov;
 		qp->iov_cap = TX_SMALL_IOV;
 		qp->nfp = qp->fp_done = 0;
 		qp->niov = qp->iov_cur = 0;
@@ -187,6 +210,7 @@ void rdmap_qp_destroy(struct rdmap_qp *qp)
 	wisp_mem_free_array(qp->meta, qp->sq.size, sizeof(*qp->meta));
 	rdmap_ring_fini(&qp->rq);
 	rdmap_ring_fini(&qp->sq);
+	qp_free_parts(qp);
 	wisp_mem_free(qp, sizeof(*qp));
 }
 

@@ -19,7 +19,7 @@
 
 /*
  * Transmit batch and receive staging come in two sizes. A QP starts with
- * the small ones, inside struct rdmap_qp, which carry an idle or lightly
+ * the small ones, which carry an idle or lightly
  * used connection (the RTR, a few SENDs, Read Requests). A batch that a
  * small size cut short, or a staging read that filled the small buffer,
  * makes the QP switch to the large ones (one mapping each, reused for as
@@ -78,6 +78,12 @@ _Static_assert(offsetof(struct tx_fpdu, hdr) ==
 			       offsetof(struct mpa_fpdu_scratch, len) +
 			       MPA_LEN_FIELD,
 	       "the DDP header follows the MPA length field in memory");
+
+/* The small transmit batch: its FPDUs and the iovecs that frame them. */
+struct tx_small {
+	struct tx_fpdu fp[TX_SMALL_FPDUS];
+	struct iovec iov[TX_SMALL_IOV];
+};
 
 /* The work request being segmented. */
 struct tx_cur {
@@ -160,8 +166,8 @@ struct rdmap_qp {
 	bool term_sent;
 	struct rdmap_terminate term;
 
-	struct tx_fpdu *fp;       /* fp_small or the large batch */
-	struct iovec *iov;        /* iov_small or the large batch's */
+	struct tx_fpdu *fp;       /* tx_small->fp or the large batch */
+	struct iovec *iov;        /* tx_small->iov or the large batch's */
 	int fp_cap, iov_cap;
 	uint32_t b_max;           /* octets per gathered send at most */
 	bool tx_grow;             /* a small batch was cut short */
@@ -223,14 +229,15 @@ struct rdmap_qp {
 	uint8_t term_buf[RDMAP_TERM_MAX_LEN];
 	uint32_t term_have;
 
-	/* ---- the small batch and stage (see TX_SMALL_FPDUS) ---- */
-	struct tx_fpdu fp_small[TX_SMALL_FPDUS];
-	struct iovec iov_small[TX_SMALL_IOV];
-	uint8_t stage_small[STAGE_SMALL];
+	/* ---- the small batch and stage (see TX_SMALL_FPDUS), each an
+	 * object of its own: a page holds what a QP uses, not the room
+	 * it may use (rdmap_qp_create) ---- */
+	struct tx_small *tx_small;
+	uint8_t *stage_small;     /* STAGE_SMALL octets */
 
 	/* ---- counters (rdmap_qp_stats.c) ---- */
 	struct rdmap_qp_stats *st;   /* cfg.stats or own_st */
-	struct rdmap_qp_stats own_st;
+	struct rdmap_qp_stats *own_st; /* without cfg.stats only */
 
 	/* ---- receive, placement past the cache (rdmap_qp_rx.c,
 	 * RX_NT_AFTER); last, so that the fields above keep their

@@ -39,7 +39,7 @@ struct glue_conn;
  * small count again once it has been quiet for GLUE_IDLE_MS. */
 #define GLUE_RX_IOV        8
 #define GLUE_TX_IOV        1024
-#define GLUE_TX_IOV_SMALL  64
+#define GLUE_TX_IOV_SMALL  16
 
 /* How long a connection stays quiet (nothing sent or received) before
  * the engine gives back its large buffers and asks its owner to (idle):

@@ -177,7 +177,8 @@ static void idle_cycle(enum glue_kind kind)
 	calls = atomic_load(&o->idle_calls);
 	wait_idle_calls(o, calls + 1);
 
-	/* The large array went back: a small message is offered 64. */
+	/* The large array went back: a small message is offered the small
+	 * count again. */
 	atomic_store(&o->cap_last, 0);
 	send_and_check(o, c, sv[1], 100, 9);
 	cr_assert_eq(atomic_load(&o->cap_last), GLUE_TX_IOV_SMALL);
