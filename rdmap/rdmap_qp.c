@@ -68,12 +68,13 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 	/*
 	 * From wisp_mem (wisp_mem.h): the core, and apart from it the small
 	 * batch and stage and the QP's own counters. A page costs at its
-	 * first touch, from user space and again from the kernel (a
-	 * send or receive), and a connection's setup touches only part of
-	 * this: the initiator builds its RTR in the batch, the responder
-	 * receives it in the stage, and the counters are the statistics
-	 * file's unless it is off. As separate objects, packed with those
-	 * of other QPs, the parts a QP does not use stay untouched.
+	 * first touch, from user space and again from the kernel (a send
+	 * or a receive), and a connection's setup touches only part of
+	 * this: one FPDU each way (the RTR and, for a READ RTR, its
+	 * answer) writes the first record of the batch and the head of
+	 * the stage, and the counters are the statistics file's unless it
+	 * is off. As separate objects, packed with those of other QPs, the
+	 * parts a QP does not use stay untouched.
 	 */
 	qp = wisp_mem_zalloc(sizeof(*qp));
 	if (!qp)
