@@ -53,7 +53,24 @@ static void qp_free_parts(struct rdmap_qp *qp)
 {
 	wisp_mem_free(qp->tx_small, sizeof(*qp->tx_small));
 	wisp_mem_free(qp->stage_small, STAGE_SMALL);
-	wisp_mem_free(qp->own_st, sizeof(*qp->own_st));
+	if (!qp->cfg.stats)
+		wisp_mem_free(qp->st, sizeof(*qp->st));
+}
+
+/* The small batch, and the small stage, in use: at creation, and when
+ * the large one goes back (between batches, between reads). */
+static void use_small_batch(struct rdmap_qp *qp)
+{
+	qp->fp = qp->tx_small->fp;
+	qp->fp_cap = TX_SMALL_FPDUS;
+	qp->iov = qp->tx_small->iov;
+	qp->iov_cap = TX_SMALL_IOV;
+}
+
+static void use_small_stage(struct rdmap_qp *qp)
+{
+	qp->stage = qp->stage_small;
+	qp->stage_cap = STAGE_SMALL;
 }
 
 struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
@@ -82,11 +99,9 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 	qp->cfg = *cfg;
 	qp->tx_small = wisp_mem_zalloc(sizeof(*qp->tx_small));
 	qp->stage_small = wisp_mem_zalloc(STAGE_SMALL);
-	if (!cfg->stats)
-		qp->own_st = wisp_mem_zalloc(sizeof(*qp->own_st));
-	if (!qp->tx_small || !qp->stage_small || (!cfg->stats && !qp->own_st))
+	qp->st = cfg->stats ? cfg->stats : wisp_mem_zalloc(sizeof(*qp->st));
+	if (!qp->tx_small || !qp->stage_small || !qp->st)
 		goto err_parts;
-	qp->st = cfg->stats ? cfg->stats : qp->own_st;
 	atomic_init(&qp->state, RDMAP_QP_IDLE);
 	atomic_init(&qp->access, cfg->access);
 	if (rdmap_ring_init(&qp->sq, cfg->sq_size ? cfg->sq_size : 1,
@@ -98,13 +113,9 @@ struct rdmap_qp *rdmap_qp_create(const struct rdmap_qp_cfg *cfg)
 	qp->meta = wisp_mem_calloc(qp->sq.size, sizeof(*qp->meta));
 	if (!qp->meta)
 		goto err_bufs;
-	qp->fp = qp->tx_small->fp;
-	qp->fp_cap = TX_SMALL_FPDUS;
+	use_small_batch(qp);
+	use_small_stage(qp);
 	qp->b_max = TX_BATCH_BYTES;
-	qp->iov = qp->tx_small->iov;
-	qp->iov_cap = TX_SMALL_IOV;
-	qp->stage = qp->stage_small;
-	qp->stage_cap = STAGE_SMALL;
 	return qp;
 
 err_bufs:
@@ -140,8 +151,7 @@ bool rdmap_qp_trim(struct rdmap_qp *qp)
 	if (qp->stage != qp->stage_small && qp->st_head == qp->st_tail &&
 	    !qp->rx_direct) {
 		qp_big_free(qp->stage, STAGE_SIZE);
-		qp->stage = qp->stage_small;
-		qp->stage_cap = STAGE_SMALL;
+		use_small_stage(qp);
 		qp->st_head = qp->st_tail = 0;
 		qp->rx_grow = false;
 	}
@@ -151,10 +161,7 @@ bool rdmap_qp_trim(struct rdmap_qp *qp)
 		qp->fp_big = NULL;
 		qp->tx_buf = NULL;
 		qp->tx_buf_cap = qp->tx_buf_used = 0;
-		qp->fp = qp->tx_small->fp;
-		qp->fp_cap = TX_SMALL_FPDUS;
-		qp->iov = qp->tx_small->iov;
-		qp->iov_cap = TX_SMALL_IOV;
+		use_small_batch(qp);
 		qp->nfp = qp->fp_done = 0;
 		qp->niov = qp->iov_cur = 0;
 		qp->iov_off = qp->b_total = qp->b_sent = 0;

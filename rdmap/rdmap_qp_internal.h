@@ -236,8 +236,9 @@ struct rdmap_qp {
 	uint8_t *stage_small;     /* STAGE_SMALL octets */
 
 	/* ---- counters (rdmap_qp_stats.c) ---- */
-	struct rdmap_qp_stats *st;   /* cfg.stats or own_st */
-	struct rdmap_qp_stats *own_st; /* without cfg.stats only */
+	/* cfg.stats, or without it the QP's own (from wisp_mem, freed
+	 * with the QP) */
+	struct rdmap_qp_stats *st;
 
 	/* ---- receive, placement past the cache (rdmap_qp_rx.c,
 	 * RX_NT_AFTER); last, so that the fields above keep their
