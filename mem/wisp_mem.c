@@ -5,12 +5,22 @@
  *
  * Size classes: multiples of 64 octets up to 1 KiB, of 256 up to 4 KiB,
  * of 1 KiB up to 16 KiB; 40 in all, at most a quarter of a slot wasted.
- * Each class carves its slots from chunks it maps itself: the first
- * holds four slots, each next one twice as many, up to 64 KiB (or eight
- * slots, when that is more), so that a program with one connection keeps
- * little and one with thousands maps rarely. A chunk is populated once,
- * when it is mapped; a freed slot is cleared and pushed on its class's
- * free list, so a slot is always zero when handed out.
+ * Each class carves its slots from chunks of its own: the first holds
+ * four slots, each next one twice as many, up to 64 KiB (or eight slots,
+ * when that is more), so that a program with one connection keeps little.
+ * Those first chunks are mapped one by one. A chunk of the full size
+ * means a program with hundreds of connections, and comes from a shared
+ * arena of 2 MiB, aligned to 2 MiB and advised for a transparent huge
+ * page (MADV_HUGEPAGE), which all classes carve in turn: a connection's
+ * objects then share a few page-table entries instead of one per 4 KiB,
+ * and on a VM whose hypervisor charges each 4 KiB page at its first
+ * touch from user space and again at the kernel's first copy into it
+ * (docs/performance-log.md, "Huge pages for the pool") a burst of
+ * connections pays that once per 2 MiB. Where the kernel has no
+ * transparent huge pages, or they are off, the arena is 2 MiB of small
+ * pages and costs what the chunks did. A chunk is populated once, when it
+ * is mapped (MADV_POPULATE_WRITE); a freed slot is cleared and pushed on
+ * its class's free list, so a slot is always zero when handed out.
  *
  * The ASan builds (and the fuzz build) give every object to calloc
  * instead, with its length in a header in front, so that the leak
@@ -126,6 +136,50 @@ static size_t page_round(size_t n)
 	return (n + pg - 1) & ~(pg - 1);
 }
 
+#define ARENA_LEN (2u << 20)
+
+/* What is left of the newest arena. */
+static char *arena_next, *arena_end;
+
+/* len octets of fresh memory, mapped and populated, or NULL. Best effort:
+ * without MADV_POPULATE_WRITE (a kernel before 5.14) the pages fault in
+ * as they are first touched, as from malloc. */
+static char *map_populated(size_t len)
+{
+	char *c = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (c == MAP_FAILED)
+		return NULL;
+	(void)madvise(c, len, MADV_POPULATE_WRITE);
+	return c;
+}
+
+/* A new arena, aligned to its length so that it can be one huge page.
+ * false if out of memory. */
+static bool arena_new(void)
+{
+	char *m = mmap(NULL, 2 * ARENA_LEN, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (m == MAP_FAILED)
+		return false;
+	a = (char *)(((uintptr_t)m + ARENA_LEN - 1) &
+		     ~(uintptr_t)(ARENA_LEN - 1));
+	if (a > m)
+		(void)munmap(m, (size_t)(a - m));
+	(void)munmap(a + ARENA_LEN, (size_t)(m + ARENA_LEN - a));
+	/* Advice before the populate, which then takes the huge page at
+	 * once; EINVAL without transparent huge pages, and the arena is
+	 * small pages. */
+	(void)madvise(a, ARENA_LEN, MADV_HUGEPAGE);
+	(void)madvise(a, ARENA_LEN, MADV_POPULATE_WRITE);
+	arena_next = a;
+	arena_end = a + ARENA_LEN;
+	return true;
+}
+
 /* Called with mem_lock held: the class's next chunk, mapped and
  * populated. */
 static int class_grow(struct mem_class *k, size_t slot)
@@ -139,17 +193,24 @@ static int class_grow(struct mem_class *k, size_t slot)
 	if (!k->chunk_len)
 		k->chunk_len = page_round(4 * slot);
 	len = k->chunk_len;
-	c = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (c == MAP_FAILED)
-		return -ENOMEM;
-	/* Best effort: without it (a kernel before 5.14) the pages fault
-	 * in as they are first touched, as from malloc. */
-	(void)madvise(c, len, MADV_POPULATE_WRITE);
+	if (len < cap) {
+		c = map_populated(len);
+		if (!c)
+			return -ENOMEM;
+		k->chunk_len = len * 2 < cap ? len * 2 : cap;
+	} else {
+		/* A full-size chunk, from the arena; the rest of an arena
+		 * too short for it is this chunk, when it holds a slot
+		 * (cap <= 128 KiB: a few per arena at most go unused). */
+		if ((size_t)(arena_end - arena_next) < slot && !arena_new())
+			return -ENOMEM;
+		c = arena_next;
+		if (len > (size_t)(arena_end - arena_next))
+			len = (size_t)(arena_end - arena_next);
+		arena_next += len;
+	}
 	k->next = c;
 	k->end = c + len / slot * slot;
-	if (k->chunk_len < cap)
-		k->chunk_len = k->chunk_len * 2 < cap ? k->chunk_len * 2 : cap;
 	return 0;
 }
 

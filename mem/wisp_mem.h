@@ -9,7 +9,9 @@
  * burst of connections decides the slowest ones (issue 13). These objects
  * therefore come from chunks of memory populated ahead in one madvise
  * (MADV_POPULATE_WRITE), one size class per few sizes, and a freed object
- * goes on its class's free list for the next connection.
+ * goes on its class's free list for the next connection. A program with
+ * hundreds of connections gets its chunks from 2 MiB arenas backed by
+ * transparent huge pages where the kernel has them (wisp_mem.c).
  *
  * Contract, as calloc/free with the size passed back:
  *   - wisp_mem_zalloc(len) returns zeroed memory of at least len octets,
@@ -21,7 +23,8 @@
  *   - The memory of the pool stays with the process at its peak, as with
  *     malloc's arenas; it is reused, never returned.
  *
- * Thread-safe (a lock per size class); not async-signal-safe.
+ * Thread-safe (one lock, held for a free-list push or pop, or while a
+ * chunk is mapped); not async-signal-safe.
  */
 #ifndef WISP_MEM_H
 #define WISP_MEM_H

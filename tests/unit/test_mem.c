@@ -3,7 +3,8 @@
  * test_mem.c - mem/wisp_mem: zeroed, aligned, distinct memory of the
  * asked size; freed slots reused and cleared (the pooled builds); a free
  * with the wrong length caught (the ASan builds, which hand objects to
- * calloc); many threads at once.
+ * calloc); full-size chunks from 2 MiB arenas advised for huge pages
+ * (the pooled builds); many threads at once.
  */
 #include <criterion/criterion.h>
 
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -85,6 +87,100 @@ Test(mem, a_reused_slot_is_cleared)
 	if (wisp_mem_pooled())
 		cr_expect_eq(a, b, "the freed slot is the next one handed out");
 	wisp_mem_free(b, 1024);
+}
+
+#define ARENA (2u << 20)
+
+/* The mapping of /proc/self/smaps that holds address a: its bounds, and
+ * whether it carries the huge-page advice (VmFlags "hg"). */
+static bool vma_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi, bool *hg)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool in = false, found = false;
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long s, e;
+
+		if (sscanf(line, "%lx-%lx ", &s, &e) == 2) {
+			in = a >= s && a < e;
+			if (in) {
+				*lo = s;
+				*hi = e;
+			}
+		} else if (in && !strncmp(line, "VmFlags:", 8)) {
+			*hg = strstr(line, " hg") != NULL;
+			found = true;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* A class's first chunks are small pages of their own (a program with a
+ * few connections keeps little); its full-size chunks come from an arena
+ * of 2 MiB, aligned to 2 MiB, advised for a huge page and in memory. */
+Test(mem, full_size_chunks_come_from_huge_page_arenas)
+{
+	enum { N = 40 };   /* 4 + 8 + 16 slots of 3 KiB, then 64 KiB chunks */
+	unsigned char *p[N], vec[ARENA / 4096];
+	uintptr_t lo, hi, base;
+	bool hg = true;
+
+	if (!wisp_mem_pooled())
+		cr_skip_test("the ASan build allocates with malloc");
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
+		cr_skip_test("this kernel has no transparent huge pages, so "
+			     "no mapping carries their advice");
+	for (int i = 0; i < N; i++) {
+		p[i] = wisp_mem_zalloc(3000);
+		cr_assert_not_null(p[i]);
+	}
+	cr_assert(vma_of((uintptr_t)p[0], &lo, &hi, &hg));
+	cr_assert_not(hg, "the first chunk of a class is advised for huge "
+		      "pages");
+	cr_assert(vma_of((uintptr_t)p[N - 1], &lo, &hi, &hg));
+	cr_assert(hg, "a full-size chunk is not in a huge-page arena");
+	cr_assert_eq(lo % ARENA, 0, "arena mapping starts at %#lx",
+		     (unsigned long)lo);
+	cr_assert_eq(hi % ARENA, 0, "arena mapping ends at %#lx",
+		     (unsigned long)hi);
+	base = (uintptr_t)p[N - 1] & ~(uintptr_t)(ARENA - 1);
+	cr_assert_eq(mincore((void *)base, ARENA, vec), 0);
+	for (size_t i = 0; i < sizeof(vec); i++)
+		cr_assert(vec[i] & 1, "page %zu of the arena not resident", i);
+	for (int i = 0; i < N; i++)
+		wisp_mem_free(p[i], 3000);
+}
+
+/* Two classes whose full-size chunks (64 and 72 KiB) share arenas, over
+ * several of them and the short tails where a chunk does not fit: every
+ * object is zero when handed out and keeps its own octets. */
+Test(mem, arenas_hand_out_distinct_slots_across_their_ends)
+{
+	enum { N = 1500 };
+	static unsigned char *p[N];
+
+	for (int i = 0; i < N; i++) {
+		size_t len = i % 3 ? 3000 : 9000;
+
+		p[i] = wisp_mem_zalloc(len);
+		cr_assert_not_null(p[i]);
+		cr_assert(all_zero(p[i], len), "object %d not zeroed", i);
+		memset(p[i], i & 0xff, len);
+	}
+	for (int i = 0; i < N; i++) {
+		size_t len = i % 3 ? 3000 : 9000;
+
+		for (size_t k = 0; k < len; k++)
+			cr_assert_eq(p[i][k], i & 0xff, "object %d octet %zu",
+				     i, k);
+	}
+	for (int i = 0; i < N; i++)
+		wisp_mem_free(p[i], i % 3 ? 3000 : 9000);
 }
 
 /* A slot of a fresh chunk is in memory before anyone touches it: the
