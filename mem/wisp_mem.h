@@ -11,7 +11,8 @@
  * (MADV_POPULATE_WRITE), one size class per few sizes, and a freed object
  * goes on its class's free list for the next connection. A program with
  * hundreds of connections gets its chunks from 2 MiB arenas backed by
- * transparent huge pages where the kernel has them (wisp_mem.c).
+ * transparent huge pages where the kernel has them, each populated ahead
+ * by a short-lived thread (wisp_mem.c).
  *
  * Contract, as calloc/free with the size passed back:
  *   - wisp_mem_zalloc(len) returns zeroed memory of at least len octets,

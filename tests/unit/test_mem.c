@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -153,6 +154,131 @@ Test(mem, full_size_chunks_come_from_huge_page_arenas)
 	for (size_t i = 0; i < sizeof(vec); i++)
 		cr_assert(vec[i] & 1, "page %zu of the arena not resident", i);
 	for (int i = 0; i < N; i++)
+		wisp_mem_free(p[i], 3000);
+}
+
+/* Octets of mappings advised for huge pages, and of those in memory;
+ * the start of the first such mapping that does not hold a. */
+static void hg_bytes(size_t *mapped, size_t *resident, uintptr_t a,
+		     uintptr_t *other)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	unsigned long s = 0, e = 0;
+	size_t rss = 0;
+
+	*mapped = *resident = 0;
+	*other = 0;
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long ls, le;
+		size_t kb;
+
+		/* A header line; "AnonHugePages:" also starts as hex. */
+		if (sscanf(line, "%lx-%lx ", &ls, &le) == 2) {
+			s = ls;
+			e = le;
+			continue;
+		}
+		if (sscanf(line, "Rss: %zu kB", &kb) == 1)
+			rss = kb * 1024;
+		else if (!strncmp(line, "VmFlags:", 8) && strstr(line, " hg")) {
+			*mapped += e - s;
+			*resident += rss;
+			/* The arena beside a's, if the two merged into one
+			 * mapping, or a mapping of its own. */
+			if (*other)
+				continue;
+			if (a < s || a >= e)
+				*other = s;
+			else if (e - s >= 2 * ARENA)
+				*other = (a & ~(uintptr_t)(ARENA - 1)) == s ?
+					 s + ARENA : s;
+		}
+	}
+	fclose(f);
+}
+
+/* Threads of this process named wisp-mem. */
+static int mem_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;     /* ended meanwhile */
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "wisp-mem", 8))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/* An arena put in use has the next one made ahead, populated, by a
+ * thread that then ends; the next arena the pool needs is that one (no
+ * third is mapped). Bounded: 10 s for a populate of 2 MiB. */
+Test(mem, the_next_arena_is_made_ahead_by_a_thread_that_ends)
+{
+	enum { N = 40 };
+	unsigned char *p[N], *q[700];
+	size_t mapped = 0, resident = 0;
+	uintptr_t spare = 0;
+	bool beyond = false;
+	int i;
+
+	if (!wisp_mem_pooled())
+		cr_skip_test("the ASan build allocates with malloc");
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
+		cr_skip_test("this kernel has no transparent huge pages, so "
+			     "no mapping carries their advice");
+	for (i = 0; i < N; i++) {
+		p[i] = wisp_mem_zalloc(3000);   /* into the first arena */
+		cr_assert_not_null(p[i]);
+	}
+	for (i = 0; i < 1000; i++) {
+		hg_bytes(&mapped, &resident, (uintptr_t)p[N - 1], &spare);
+		if (resident >= 2 * ARENA && !mem_threads())
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(mapped, 2 * ARENA, "%zu octets in arenas, want two",
+		     mapped);
+	cr_assert_eq(resident, 2 * ARENA, "%zu octets of arenas resident",
+		     resident);
+	cr_assert_eq(mem_threads(), 0, "the arena's thread did not end");
+	cr_assert_neq(spare, 0);
+	/* 700 slots of 3 KiB: more than the first arena holds; the first
+	 * beyond it is in the spare. */
+	for (i = 0; i < 700; i++) {
+		uintptr_t at;
+
+		q[i] = wisp_mem_zalloc(3000);
+		cr_assert_not_null(q[i]);
+		at = (uintptr_t)q[i] & ~(uintptr_t)(ARENA - 1);
+		if (at != ((uintptr_t)p[N - 1] & ~(uintptr_t)(ARENA - 1)) &&
+		    !beyond) {
+			beyond = true;
+			cr_assert_eq(at, spare, "a slot beyond the first arena "
+				     "at %p, not in the spare at %#lx",
+				     (void *)q[i], (unsigned long)spare);
+		}
+	}
+	cr_assert(beyond, "700 slots of 3 KiB all in the first arena");
+	for (i = 0; i < 700; i++)
+		wisp_mem_free(q[i], 3000);
+	for (i = 0; i < N; i++)
 		wisp_mem_free(p[i], 3000);
 }
 
