@@ -20,8 +20,9 @@
  * transparent huge pages, or they are off, the arena is 2 MiB of small
  * pages and costs what the chunks did. The next arena is populated
  * ahead by a short-lived thread (arena_ask_ahead). A chunk is populated
- * once, when it is mapped (MADV_POPULATE_WRITE); a freed slot is cleared and pushed on
- * its class's free list, so a slot is always zero when handed out.
+ * once, when it is mapped (MADV_POPULATE_WRITE); a freed slot is cleared
+ * and pushed on its class's free list, so a slot is always zero when
+ * handed out.
  *
  * The ASan builds (and the fuzz build) give every object to calloc
  * instead, with its length in a header in front, so that the leak
