@@ -19,12 +19,13 @@
 
 /*
  * Transmit batch and receive staging come in two sizes. A QP starts with
- * the small ones, which carry an idle or lightly
- * used connection (the RTR, a few SENDs, Read Requests). A batch that a
- * small size cut short, or a staging read that filled the small buffer,
- * makes the QP switch to the large ones (one mapping each, reused for as
- * long as traffic flows): a thousand idle QPs then cost no more than their
- * structs, while a stream moves many FPDUs per system call. Once the
+ * the small ones (pool objects beside the QP core), which carry an idle
+ * or lightly used connection (the RTR, a few SENDs, Read Requests). A
+ * batch that a small size cut short, or a staging read that filled the
+ * small buffer, makes the QP switch to the large ones (one mapping each,
+ * reused for as long as traffic flows): a thousand idle QPs then cost no
+ * more than their structs, while a stream moves many FPDUs per system
+ * call. Once the
  * connection has been quiet for a while its owner calls rdmap_qp_trim(),
  * which unmaps them (so their pages go back to the system at once, not
  * to a malloc arena) and the small ones carry on until traffic asks for

@@ -92,33 +92,54 @@ Test(mem, a_reused_slot_is_cleared)
 
 #define ARENA (2u << 20)
 
-/* The mapping of /proc/self/smaps that holds address a: its bounds, and
+/* A mapping of /proc/self/smaps: its bounds, resident octets, and
  * whether it carries the huge-page advice (VmFlags "hg"). */
-static bool vma_of(uintptr_t a, uintptr_t *lo, uintptr_t *hi, bool *hg)
+struct vma {
+	uintptr_t lo, hi;
+	size_t rss;
+	bool hg;
+};
+
+#define MAX_VMAS 4096
+
+/* The process's mappings into v (at most MAX_VMAS); how many. */
+static int smaps_read(struct vma *v)
 {
 	FILE *f = fopen("/proc/self/smaps", "r");
 	char line[512];
-	bool in = false, found = false;
+	int n = -1;
 
-	if (!f)
-		return false;
+	cr_assert_not_null(f);
 	while (fgets(line, sizeof(line), f)) {
-		unsigned long s, e;
+		unsigned long lo, hi;
+		size_t kb;
 
-		if (sscanf(line, "%lx-%lx ", &s, &e) == 2) {
-			in = a >= s && a < e;
-			if (in) {
-				*lo = s;
-				*hi = e;
-			}
-		} else if (in && !strncmp(line, "VmFlags:", 8)) {
-			*hg = strstr(line, " hg") != NULL;
-			found = true;
-			break;
+		/* A header line; "AnonHugePages:" also starts as hex. */
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+			cr_assert_lt(n + 1, MAX_VMAS);
+			v[++n] = (struct vma){ .lo = lo, .hi = hi };
+		} else if (n >= 0 && sscanf(line, "Rss: %zu kB", &kb) == 1) {
+			v[n].rss = kb * 1024;
+		} else if (n >= 0 && !strncmp(line, "VmFlags:", 8)) {
+			v[n].hg = strstr(line, " hg") != NULL;
 		}
 	}
 	fclose(f);
-	return found;
+	return n + 1;
+}
+
+static struct vma vmas[MAX_VMAS];
+
+/* The mapping that holds address a. */
+static struct vma vma_of(uintptr_t a)
+{
+	int n = smaps_read(vmas);
+
+	for (int i = 0; i < n; i++)
+		if (a >= vmas[i].lo && a < vmas[i].hi)
+			return vmas[i];
+	cr_assert_fail("%#lx is in no mapping", (unsigned long)a);
+	return (struct vma){ 0 };
 }
 
 /* A class's first chunks are small pages of their own (a program with a
@@ -128,8 +149,8 @@ Test(mem, full_size_chunks_come_from_huge_page_arenas)
 {
 	enum { N = 40 };   /* 4 + 8 + 16 slots of 3 KiB, then 64 KiB chunks */
 	unsigned char *p[N], vec[ARENA / 4096];
-	uintptr_t lo, hi, base;
-	bool hg = true;
+	struct vma first, full;
+	uintptr_t base;
 
 	if (!wisp_mem_pooled())
 		cr_skip_test("the ASan build allocates with malloc");
@@ -140,15 +161,15 @@ Test(mem, full_size_chunks_come_from_huge_page_arenas)
 		p[i] = wisp_mem_zalloc(3000);
 		cr_assert_not_null(p[i]);
 	}
-	cr_assert(vma_of((uintptr_t)p[0], &lo, &hi, &hg));
-	cr_assert_not(hg, "the first chunk of a class is advised for huge "
-		      "pages");
-	cr_assert(vma_of((uintptr_t)p[N - 1], &lo, &hi, &hg));
-	cr_assert(hg, "a full-size chunk is not in a huge-page arena");
-	cr_assert_eq(lo % ARENA, 0, "arena mapping starts at %#lx",
-		     (unsigned long)lo);
-	cr_assert_eq(hi % ARENA, 0, "arena mapping ends at %#lx",
-		     (unsigned long)hi);
+	first = vma_of((uintptr_t)p[0]);
+	cr_assert_not(first.hg, "the first chunk of a class is advised for "
+		      "huge pages");
+	full = vma_of((uintptr_t)p[N - 1]);
+	cr_assert(full.hg, "a full-size chunk is not in a huge-page arena");
+	cr_assert_eq(full.lo % ARENA, 0, "arena mapping starts at %#lx",
+		     (unsigned long)full.lo);
+	cr_assert_eq(full.hi % ARENA, 0, "arena mapping ends at %#lx",
+		     (unsigned long)full.hi);
 	base = (uintptr_t)p[N - 1] & ~(uintptr_t)(ARENA - 1);
 	cr_assert_eq(mincore((void *)base, ARENA, vec), 0);
 	for (size_t i = 0; i < sizeof(vec); i++)
@@ -158,45 +179,31 @@ Test(mem, full_size_chunks_come_from_huge_page_arenas)
 }
 
 /* Octets of mappings advised for huge pages, and of those in memory;
- * the start of the first such mapping that does not hold a. */
+ * the start of the first such arena that does not hold a. */
 static void hg_bytes(size_t *mapped, size_t *resident, uintptr_t a,
 		     uintptr_t *other)
 {
-	FILE *f = fopen("/proc/self/smaps", "r");
-	char line[512];
-	unsigned long s = 0, e = 0;
-	size_t rss = 0;
+	int n = smaps_read(vmas);
 
 	*mapped = *resident = 0;
 	*other = 0;
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long ls, le;
-		size_t kb;
+	for (int i = 0; i < n; i++) {
+		const struct vma *v = &vmas[i];
 
-		/* A header line; "AnonHugePages:" also starts as hex. */
-		if (sscanf(line, "%lx-%lx ", &ls, &le) == 2) {
-			s = ls;
-			e = le;
+		if (!v->hg)
 			continue;
-		}
-		if (sscanf(line, "Rss: %zu kB", &kb) == 1)
-			rss = kb * 1024;
-		else if (!strncmp(line, "VmFlags:", 8) && strstr(line, " hg")) {
-			*mapped += e - s;
-			*resident += rss;
-			/* The arena beside a's, if the two merged into one
-			 * mapping, or a mapping of its own. */
-			if (*other)
-				continue;
-			if (a < s || a >= e)
-				*other = s;
-			else if (e - s >= 2 * ARENA)
-				*other = (a & ~(uintptr_t)(ARENA - 1)) == s ?
-					 s + ARENA : s;
-		}
+		*mapped += v->hi - v->lo;
+		*resident += v->rss;
+		/* The arena beside a's, if the two merged into one
+		 * mapping, or a mapping of its own. */
+		if (*other)
+			continue;
+		if (a < v->lo || a >= v->hi)
+			*other = v->lo;
+		else if (v->hi - v->lo >= 2 * ARENA)
+			*other = (a & ~(uintptr_t)(ARENA - 1)) == v->lo ?
+				 v->lo + ARENA : v->lo;
 	}
-	fclose(f);
 }
 
 /* Threads of this process named wisp-mem. */
