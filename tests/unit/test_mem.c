@@ -142,6 +142,17 @@ static struct vma vma_of(uintptr_t a)
 	return (struct vma){ 0 };
 }
 
+/* The arena tests need the pool (not the ASan builds' malloc) and a
+ * kernel whose mappings can carry the huge-page advice. */
+static void skip_without_arenas(void)
+{
+	if (!wisp_mem_pooled())
+		cr_skip_test("the ASan build allocates with malloc");
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
+		cr_skip_test("this kernel has no transparent huge pages, so "
+			     "no mapping carries their advice");
+}
+
 /* A class's first chunks are small pages of their own (a program with a
  * few connections keeps little); its full-size chunks come from an arena
  * of 2 MiB, aligned to 2 MiB, advised for a huge page and in memory. */
@@ -152,11 +163,7 @@ Test(mem, full_size_chunks_come_from_huge_page_arenas)
 	struct vma first, full;
 	uintptr_t base;
 
-	if (!wisp_mem_pooled())
-		cr_skip_test("the ASan build allocates with malloc");
-	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
-		cr_skip_test("this kernel has no transparent huge pages, so "
-			     "no mapping carries their advice");
+	skip_without_arenas();
 	for (int i = 0; i < N; i++) {
 		p[i] = wisp_mem_zalloc(3000);
 		cr_assert_not_null(p[i]);
@@ -245,11 +252,7 @@ Test(mem, the_next_arena_is_made_ahead_by_a_thread_that_ends)
 	bool beyond = false;
 	int i;
 
-	if (!wisp_mem_pooled())
-		cr_skip_test("the ASan build allocates with malloc");
-	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
-		cr_skip_test("this kernel has no transparent huge pages, so "
-			     "no mapping carries their advice");
+	skip_without_arenas();
 	for (i = 0; i < N; i++) {
 		p[i] = wisp_mem_zalloc(3000);   /* into the first arena */
 		cr_assert_not_null(p[i]);
