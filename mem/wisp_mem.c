@@ -31,6 +31,7 @@
  */
 #include "wisp_mem.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -79,6 +80,10 @@ void *wisp_mem_zalloc(size_t len)
 	return h + 1;
 }
 
+void wisp_mem_expect_many(void)
+{
+}
+
 void wisp_mem_free(void *p, size_t len)
 {
 	struct direct_hdr *h;
@@ -98,6 +103,7 @@ void wisp_mem_free(void *p, size_t len)
 
 #define CLASSES 40
 #define CHUNK_CAP (64u * 1024)
+#define ARENA_LEN (2u << 20)
 
 struct mem_class {
 	void *free_list;        /* a free slot's first word: the next */
@@ -105,8 +111,51 @@ struct mem_class {
 	size_t chunk_len;       /* of the next chunk */
 };
 
-static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct mem_class mem_class[CLASSES];
+/* Everything under lock. */
+struct mem_pool {
+	pthread_mutex_t lock;
+	struct mem_class cls[CLASSES];
+	char *arena_next, *arena_end;   /* what is left of the newest arena */
+	char *arena_spare;              /* the next one, made ahead */
+	/* A thread is making an arena (the helper, or an allocator that
+	 * found no spare), in process maker; the others wait for it on
+	 * arena_made rather than make a second one. */
+	bool arena_making;
+	pid_t maker;
+	pthread_cond_t arena_made;
+};
+
+/*
+ * One pool per process. mem/ is a static library linked into both
+ * libibverbs.so.1 and librdmacm.so.1 (and into tests), so each has its
+ * own copy of this file, and two pools would each keep their own arenas
+ * and spare. libibverbs.so.1 exports its pool as wisp_mem_pool
+ * (WISP_PRIVATE_1); every copy uses that one when it is there (dlsym),
+ * its own otherwise, as tcp-glue's TLS registry does. A slot allocated
+ * by one copy may be freed by another: the code and the layout are the
+ * same build's.
+ */
+extern struct mem_pool wisp_mem_pool;
+struct mem_pool wisp_mem_pool = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.arena_made = PTHREAD_COND_INITIALIZER,
+};
+
+static struct mem_pool *pool_shared;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_init(void)
+{
+	pool_shared = dlsym(RTLD_DEFAULT, "wisp_mem_pool");
+	if (!pool_shared)
+		pool_shared = &wisp_mem_pool;
+}
+
+static struct mem_pool *pool(void)
+{
+	pthread_once(&pool_once, pool_init);
+	return pool_shared;
+}
 
 bool wisp_mem_pooled(void)
 {
@@ -137,11 +186,6 @@ static size_t page_round(size_t n)
 
 	return (n + pg - 1) & ~(pg - 1);
 }
-
-#define ARENA_LEN (2u << 20)
-
-/* What is left of the newest arena. */
-static char *arena_next, *arena_end;
 
 /* len octets of fresh memory, mapped and populated, or NULL. Best effort:
  * without MADV_POPULATE_WRITE (a kernel before 5.14) the pages fault in
@@ -181,71 +225,103 @@ static char *arena_map(void)
 }
 
 /*
- * The next arena, populated ahead by a short-lived thread, so that the
- * populate (2 MiB at once: 0.1 ms on memory the machine used before,
- * 4-10 ms on this project's VM for memory it never touched) happens
- * neither in a connection's setup nor under mem_lock, which every
- * allocation in the process takes. Each arena put in use asks for the
- * next; the thread maps it, leaves it as the spare and ends, so an idle
- * program keeps no thread for it. When there is no spare yet (the first
- * arena, a thread that could not start or has not finished, a child
- * after fork), the allocator maps its arena itself.
+ * Arenas are made without the lock: a populate takes 0.1 ms on memory
+ * the machine used before and 4-10 ms on this project's VM for memory
+ * it never touched, and every allocation of the process takes the lock.
+ * Each arena put in use asks for the next, which a short-lived thread
+ * (wisp-mem) maps, leaves as the spare, and ends, so that the populate
+ * happens neither in a connection's setup nor under the lock, and an
+ * idle program keeps no thread for it. An allocator that finds the
+ * arena spent and no spare waits for the arena being made, or makes one
+ * itself when none is (the first arena, a helper that could not start,
+ * a child after fork, whose maker is in the parent).
  */
-static char *arena_spare;        /* mem_lock */
-static bool helper_running;      /* mem_lock */
+
+/* Called with the lock held: the maker is done; the arena it made (or
+ * NULL) becomes the spare, unless there is one. */
+static void arena_maker_done(struct mem_pool *m, char *a)
+{
+	m->arena_making = false;
+	pthread_cond_broadcast(&m->arena_made);
+	if (a && !m->arena_spare) {
+		m->arena_spare = a;
+		a = NULL;
+	}
+	if (a)
+		(void)munmap(a, ARENA_LEN);
+}
 
 static void *arena_helper(void *arg)
 {
+	struct mem_pool *m = arg;
 	char *a;
 
-	(void)arg;
 	pthread_setname_np(pthread_self(), "wisp-mem");
 	a = arena_map();
-	pthread_mutex_lock(&mem_lock);
-	if (a && !arena_spare) {
-		arena_spare = a;
-		a = NULL;
-	}
-	helper_running = false;
-	pthread_mutex_unlock(&mem_lock);
-	if (a)
-		(void)munmap(a, ARENA_LEN);
+	pthread_mutex_lock(&m->lock);
+	arena_maker_done(m, a);
+	pthread_mutex_unlock(&m->lock);
 	return NULL;
 }
 
-/* Called with mem_lock held: have a spare arena made, unless there is
+static bool arena_maker_alive(const struct mem_pool *m)
+{
+	return m->arena_making && m->maker == getpid();
+}
+
+/* Called with the lock held: have a spare arena made, unless there is
  * one or it is being made. */
-static void arena_ask_ahead(void)
+static void arena_ask_ahead(struct mem_pool *m)
 {
 	pthread_attr_t attr;
 	pthread_t t;
 
-	if (arena_spare || helper_running || pthread_attr_init(&attr))
+	if (m->arena_spare || arena_maker_alive(m) ||
+	    pthread_attr_init(&attr))
 		return;
 	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	helper_running = !pthread_create(&t, &attr, arena_helper, NULL);
+	m->arena_making = !pthread_create(&t, &attr, arena_helper, m);
+	m->maker = getpid();
 	pthread_attr_destroy(&attr);
 }
 
-/* Called with mem_lock held: the next arena in place; false if out of
+/* Called with the lock held, which it gives up while it waits or maps:
+ * an arena in use with room for a slot of slot octets; false if out of
  * memory. */
-static bool arena_new(void)
+static bool arena_room(struct mem_pool *m, size_t slot)
 {
-	char *a = arena_spare;
+	char *a;
 
-	if (a)
-		arena_spare = NULL;
-	else if (!(a = arena_map()))
-		return false;
-	arena_next = a;
-	arena_end = a + ARENA_LEN;
-	arena_ask_ahead();
+	while ((size_t)(m->arena_end - m->arena_next) < slot) {
+		if (m->arena_spare) {
+			a = m->arena_spare;
+			m->arena_spare = NULL;
+		} else if (arena_maker_alive(m)) {
+			pthread_cond_wait(&m->arena_made, &m->lock);
+			continue;
+		} else {
+			m->arena_making = true;
+			m->maker = getpid();
+			pthread_mutex_unlock(&m->lock);
+			a = arena_map();
+			pthread_mutex_lock(&m->lock);
+			/* Nobody else put an arena in meanwhile: they
+			 * waited for this one. */
+			arena_maker_done(m, NULL);
+			if (!a)
+				return false;
+		}
+		m->arena_next = a;
+		m->arena_end = a + ARENA_LEN;
+		arena_ask_ahead(m);
+	}
 	return true;
 }
 
-/* Called with mem_lock held: the class's next chunk, mapped and
- * populated. */
-static int class_grow(struct mem_class *k, size_t slot)
+/* Called with the lock held, which it may give up meanwhile: the
+ * class's next chunk, mapped and populated, unless another thread gave
+ * the class one meanwhile; negative if out of memory. */
+static int class_grow(struct mem_pool *m, struct mem_class *k, size_t slot)
 {
 	size_t cap = page_round(8 * slot);
 	size_t len;
@@ -265,16 +341,28 @@ static int class_grow(struct mem_class *k, size_t slot)
 		/* A full-size chunk, from the arena; the rest of an arena
 		 * too short for it is this chunk, when it holds a slot
 		 * (cap <= 128 KiB: a few per arena at most go unused). */
-		if ((size_t)(arena_end - arena_next) < slot && !arena_new())
+		if (!arena_room(m, slot))
 			return -ENOMEM;
-		c = arena_next;
-		if (len > (size_t)(arena_end - arena_next))
-			len = (size_t)(arena_end - arena_next);
-		arena_next += len;
+		if (k->next != k->end)
+			return 0;
+		c = m->arena_next;
+		if (len > (size_t)(m->arena_end - m->arena_next))
+			len = (size_t)(m->arena_end - m->arena_next);
+		m->arena_next += len;
 	}
 	k->next = c;
 	k->end = c + len / slot * slot;
 	return 0;
+}
+
+void wisp_mem_expect_many(void)
+{
+	struct mem_pool *m = pool();
+
+	pthread_mutex_lock(&m->lock);
+	if (!m->arena_next)
+		arena_ask_ahead(m);
+	pthread_mutex_unlock(&m->lock);
 }
 
 /* Above the classes: from malloc, with the pool's alignment. */
@@ -291,6 +379,7 @@ static void *big_zalloc(size_t len)
 
 void *wisp_mem_zalloc(size_t len)
 {
+	struct mem_pool *m;
 	struct mem_class *k;
 	void *p = NULL;
 	unsigned c;
@@ -299,18 +388,23 @@ void *wisp_mem_zalloc(size_t len)
 	if (len > WISP_MEM_POOLED_MAX)
 		return big_zalloc(len);
 	c = class_of(len ? len : 1);
-	k = &mem_class[c];
+	m = pool();
+	k = &m->cls[c];
 	slot = slot_len(c);
-	pthread_mutex_lock(&mem_lock);
-	if (k->free_list) {
-		p = k->free_list;
-		k->free_list = *(void **)p;
-		*(void **)p = NULL; /* the rest was cleared by wisp_mem_free */
-	} else if (k->next != k->end || class_grow(k, slot) == 0) {
-		p = k->next;
-		k->next += slot;
+	pthread_mutex_lock(&m->lock);
+	while (!p) {
+		if (k->free_list) {
+			p = k->free_list;
+			k->free_list = *(void **)p;
+			*(void **)p = NULL; /* the rest cleared by wisp_mem_free */
+		} else if (k->next != k->end) {
+			p = k->next;
+			k->next += slot;
+		} else if (class_grow(m, k, slot)) {
+			break;
+		}
 	}
-	pthread_mutex_unlock(&mem_lock);
+	pthread_mutex_unlock(&m->lock);
 	if (!p)
 		errno = ENOMEM;
 	return p;
@@ -318,6 +412,7 @@ void *wisp_mem_zalloc(size_t len)
 
 void wisp_mem_free(void *p, size_t len)
 {
+	struct mem_pool *m;
 	struct mem_class *k;
 	unsigned c;
 
@@ -328,14 +423,15 @@ void wisp_mem_free(void *p, size_t len)
 		return;
 	}
 	c = class_of(len ? len : 1);
-	k = &mem_class[c];
+	m = pool();
+	k = &m->cls[c];
 	/* The whole slot: a slot is all zero while free, whatever length
 	 * its earlier owners asked for. */
 	memset(p, 0, slot_len(c));
-	pthread_mutex_lock(&mem_lock);
+	pthread_mutex_lock(&m->lock);
 	*(void **)p = k->free_list;
 	k->free_list = p;
-	pthread_mutex_unlock(&mem_lock);
+	pthread_mutex_unlock(&m->lock);
 }
 
 #endif

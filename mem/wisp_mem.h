@@ -24,8 +24,15 @@
  *   - The memory of the pool stays with the process at its peak, as with
  *     malloc's arenas; it is reused, never returned.
  *
- * Thread-safe (one lock, held for a free-list push or pop, or while a
- * chunk is mapped); not async-signal-safe.
+ *   - wisp_mem_expect_many() says that many connections are to come (a
+ *     listener): the pool has its first arena made ahead, so that the
+ *     first of them do not wait for its populate. It costs the process
+ *     2 MiB at once instead of when a few dozen connections need them.
+ *
+ * One pool per process, whichever of wisp's libraries allocates (see
+ * wisp_mem.c). Thread-safe (one lock, held for a free-list push or pop,
+ * or while a small chunk is mapped; arenas are made without it); not
+ * async-signal-safe.
  */
 #ifndef WISP_MEM_H
 #define WISP_MEM_H
@@ -41,6 +48,8 @@ void *wisp_mem_calloc(size_t n, size_t size);
 void wisp_mem_free(void *p, size_t len);
 /* wisp_mem_free(p, n * size) for what wisp_mem_calloc(n, size) gave. */
 void wisp_mem_free_array(void *p, size_t n, size_t size);
+
+void wisp_mem_expect_many(void);
 
 /* Whether this build pools (false in the ASan and fuzz builds). */
 bool wisp_mem_pooled(void);

@@ -583,6 +583,59 @@ Test(rdmacm, mpa_timeout_is_unreachable)
 	rdma_destroy_event_channel(ch);
 }
 
+/* The longest private data rdma_conn_param can carry (a uint8_t length)
+ * arrives whole both ways; each event holds exactly its private data
+ * (cm_internal.h wcm_event_size), so a full one and an empty one are
+ * different sizes, and the ASan build aborts a free of the wrong one. */
+Test(rdmacm, longest_private_data_arrives_whole)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	uint8_t req[255], rep[255];
+	struct rdma_conn_param cp = {
+		.private_data = req, .private_data_len = sizeof(req),
+	};
+	struct rdma_conn_param ap = {
+		.private_data = rep, .private_data_len = sizeof(rep),
+	};
+	struct rdma_cm_id *l, *cl, *sv;
+	struct rdma_cm_event *ev;
+	uint16_t port;
+
+	for (size_t i = 0; i < sizeof(req); i++) {
+		req[i] = (uint8_t)(i * 7 + 1);
+		rep[i] = (uint8_t)(255 - i);
+	}
+	l = listener(sch, AF_INET, &port);
+	cl = resolved(cch, AF_INET, port);
+	make_qp(cl);
+	cr_assert_eq(rdma_connect(cl, &cp), 0, "connect: %s", strerror(errno));
+	ev = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, WAIT_MS);
+	sv = ev->id;
+	cr_assert_eq(ev->param.conn.private_data_len, sizeof(req));
+	cr_assert_eq(memcmp(ev->param.conn.private_data, req, sizeof(req)), 0);
+	rdma_ack_cm_event(ev);
+	make_qp(sv);
+	cr_assert_eq(rdma_accept(sv, &ap), 0, "accept: %s", strerror(errno));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED,
+				       WAIT_MS));
+	ev = expect_event(cch, RDMA_CM_EVENT_ESTABLISHED, WAIT_MS);
+	cr_assert_eq(ev->param.conn.private_data_len, sizeof(rep));
+	cr_assert_eq(memcmp(ev->param.conn.private_data, rep, sizeof(rep)), 0);
+	rdma_ack_cm_event(ev);
+	send_recv(cl, sv);
+	rdma_disconnect(cl);
+	rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED,
+				       WAIT_MS));
+	rdma_destroy_qp(sv);
+	rdma_destroy_id(sv);
+	rdma_destroy_qp(cl);
+	rdma_destroy_id(cl);
+	close_listener(sch, cch, l);
+}
+
 Test(rdmacm, reject_with_private_data)
 {
 	struct rdma_event_channel *sch = rdma_create_event_channel();

@@ -4,7 +4,8 @@
  * asked size; freed slots reused and cleared (the pooled builds); a free
  * with the wrong length caught (the ASan builds, which hand objects to
  * calloc); full-size chunks from 2 MiB arenas advised for huge pages
- * (the pooled builds); many threads at once.
+ * (the pooled builds), the first made ahead for a listener; many
+ * threads at once.
  */
 #include <criterion/criterion.h>
 
@@ -14,6 +15,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -290,6 +292,100 @@ Test(mem, the_next_arena_is_made_ahead_by_a_thread_that_ends)
 		wisp_mem_free(q[i], 3000);
 	for (i = 0; i < N; i++)
 		wisp_mem_free(p[i], 3000);
+}
+
+/* A listener's hint: the first arena is made ahead, before any class
+ * needs it, and is the one the first full-size chunk then lies in. */
+Test(mem, expecting_many_has_the_first_arena_made_ahead)
+{
+	enum { N = 40 };
+	unsigned char *p[N];
+	size_t mapped = 0, resident = 0;
+	uintptr_t spare = 0;
+	int i;
+
+	skip_without_arenas();
+	hg_bytes(&mapped, &resident, 0, &spare);
+	cr_assert_eq(mapped, 0, "an arena before any was asked for");
+	wisp_mem_expect_many();
+	for (i = 0; i < 1000; i++) {
+		hg_bytes(&mapped, &resident, 0, &spare);
+		if (resident >= ARENA && !mem_threads())
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(mapped, ARENA, "%zu octets in arenas, want one", mapped);
+	cr_assert_eq(resident, ARENA, "%zu octets of it resident", resident);
+	cr_assert_eq(mem_threads(), 0, "the arena's thread did not end");
+	for (i = 0; i < N; i++) {
+		p[i] = wisp_mem_zalloc(3000);
+		cr_assert_not_null(p[i]);
+	}
+	cr_assert_eq((uintptr_t)p[N - 1] & ~(uintptr_t)(ARENA - 1), spare,
+		     "the first full-size chunk at %p, not in the arena made "
+		     "ahead at %#lx", (void *)p[N - 1], (unsigned long)spare);
+	for (i = 0; i < N; i++)
+		wisp_mem_free(p[i], 3000);
+}
+
+/* Threads that all need a new arena at about the same time: one is made
+ * at a time (the others wait for it), each slot goes to one thread, and
+ * the pool ends with the arenas it filled and one spare. 4 x 500 slots
+ * of 3 KiB: 28 in the class's first chunks, 1,972 in full-size chunks of
+ * 21, 32 chunks to an arena: three arenas, and the spare. */
+static void *hold_many(void *arg)
+{
+	uintptr_t id = (uintptr_t)arg;
+	unsigned char **held = calloc(500, sizeof(*held));
+
+	if (!held)
+		return (void *)1;
+	for (int i = 0; i < 500; i++) {
+		held[i] = wisp_mem_zalloc(3000);
+		if (!held[i] || !all_zero(held[i], 3000))
+			return (void *)1;
+		memset(held[i], (int)id, 3000);
+	}
+	for (int i = 0; i < 500; i++) {
+		for (size_t k = 0; k < 3000; k++)
+			if (held[i][k] != (unsigned char)id)
+				return (void *)1;
+	}
+	return held;
+}
+
+Test(mem, threads_needing_arenas_at_once_share_the_ones_made)
+{
+	unsigned char **held[4];
+	size_t mapped = 0, resident = 0;
+	uintptr_t other;
+	pthread_t t[4];
+	void *ret;
+
+	skip_without_arenas();
+	for (uintptr_t i = 0; i < 4; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, hold_many,
+					    (void *)(i + 1)), 0);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(pthread_join(t[i], &ret), 0);
+		cr_assert(ret != NULL && ret != (void *)1,
+			  "thread %d saw a shared or dirty slot", i);
+		held[i] = ret;
+	}
+	for (int i = 0; i < 1000; i++) {
+		hg_bytes(&mapped, &resident, 0, &other);
+		if (!mem_threads())
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(mem_threads(), 0, "an arena's thread did not end");
+	cr_assert_eq(mapped, 4 * ARENA, "%zu octets in arenas, want four "
+		     "(three filled, one spare)", mapped);
+	for (int i = 0; i < 4; i++) {
+		for (int k = 0; k < 500; k++)
+			wisp_mem_free(held[i][k], 3000);
+		free(held[i]);
+	}
 }
 
 /* Two classes whose full-size chunks (64 and 72 KiB) share arenas, over

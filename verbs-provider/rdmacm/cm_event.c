@@ -71,7 +71,7 @@ void wcm_channel_free(struct wcm_channel *ch)
 		struct wcm_event *e = ch->head;
 
 		ch->head = e->next;
-		wisp_mem_free(e, sizeof(*e));
+		wisp_mem_free(e, wcm_event_size(e->pdata_len));
 	}
 	ch->tail = NULL;
 	if (ch->dead)
@@ -206,7 +206,11 @@ struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
 
 	if (owner->dying)
 		return NULL;
-	e = wisp_mem_zalloc(sizeof(*e));
+	/* rdma_conn_param carries a uint8_t length: private data beyond
+	 * 255 octets (rev 1 allows 512) is cut short. */
+	if (!pdata || pdata_len > 255)
+		pdata_len = pdata ? 255 : 0;
+	e = wisp_mem_zalloc(wcm_event_size(pdata_len));
 	if (!e) {
 		wcm_log(WCM_LOG_ERROR, "no memory for %s", rdma_event_str(type));
 		return NULL;
@@ -215,15 +219,11 @@ struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
 	e->ev.id = &id->id;
 	e->ev.event = type;
 	e->ev.status = status;
-	if (pdata_len > sizeof(e->pdata))
-		pdata_len = sizeof(e->pdata);
-	if (pdata && pdata_len) {
+	e->pdata_len = (uint8_t)pdata_len;
+	if (pdata_len) {
 		memcpy(e->pdata, pdata, pdata_len);
 		e->ev.param.conn.private_data = e->pdata;
-		/* rdma_conn_param carries a uint8_t length: private data
-		 * beyond 255 octets (rev 1 allows 512) is cut short. */
-		e->ev.param.conn.private_data_len =
-			pdata_len > 255 ? 255 : (uint8_t)pdata_len;
+		e->ev.param.conn.private_data_len = e->pdata_len;
 	}
 	wcm_log(WCM_LOG_DEBUG, "id %p: %s, status %d", (void *)&id->id,
 		rdma_event_str(type), status);
@@ -275,7 +275,7 @@ void wcm_events_purge(struct wcm_id *owner, struct wcm_id **orphans)
 			child->orphan_next = *orphans;
 			*orphans = child;
 		}
-		wisp_mem_free(e, sizeof(*e));
+		wisp_mem_free(e, wcm_event_size(e->pdata_len));
 		e = next;
 	}
 }
@@ -416,7 +416,7 @@ int rdma_ack_cm_event(struct rdma_cm_event *event)
 	e->owner->events_out--;
 	pthread_cond_broadcast(&wcm.cond);
 	pthread_mutex_unlock(&wcm.lock);
-	wisp_mem_free(e, sizeof(*e));
+	wisp_mem_free(e, wcm_event_size(e->pdata_len));
 	return 0;
 }
 

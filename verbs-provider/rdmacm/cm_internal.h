@@ -127,8 +127,17 @@ struct wcm_event {
 	struct wcm_event *next;
 	struct wcm_id *owner;     /* counts this event until acked: ev.id,
 				   * or the listener for CONNECT_REQUEST */
-	uint8_t pdata[MPA_PD_MAX];
+	/* The private data the application gets, and room for exactly
+	 * that: most events carry none (wcm_event_size). */
+	uint8_t pdata_len;
+	uint8_t pdata[];
 };
+
+/* Octets of an event with n octets of private data. */
+static inline size_t wcm_event_size(size_t n)
+{
+	return offsetof(struct wcm_event, pdata) + n;
+}
 
 struct wcm_channel {
 	struct rdma_event_channel ch; /* ch.fd: eventfd, readable while
@@ -243,14 +252,19 @@ struct wcm_id {
 
 	/* Connection parameters. */
 	uint16_t ird, ord;        /* responder_resources, initiator_depth */
-	uint8_t conn_pdata[MPA_PD_MAX];
+	/* An id either connects (rdma_connect, from WCM_ROUTE_RESOLVED)
+	 * or is a listener's child (WCM_CONNECT_REQ onwards), never both:
+	 * the private data it sends and the Request it read share room. */
+	union {
+		uint8_t conn_pdata[MPA_PD_MAX];         /* active */
+		uint8_t req_frame[GLUE_MPA_FRAME_MAX];  /* child: as read */
+	};
 	uint16_t conn_pdata_len;
 	uint8_t *ep_connect;      /* rdma_create_ep: ai_connect data */
 	size_t ep_connect_len;
 	struct ibv_qp_init_attr *ep_qp_attr; /* rdma_create_ep passive */
 
-	/* Child before accept: the Request as read. */
-	uint8_t req_frame[GLUE_MPA_FRAME_MAX];
+	/* Child before accept: the Request (pdata into req_frame). */
 	struct mpa_rr req;
 	uint8_t req_ird, req_ord; /* offered in CONNECT_REQUEST */
 

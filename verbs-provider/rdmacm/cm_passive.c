@@ -672,6 +672,12 @@ static int tcp_backlog(int backlog)
 	return n;
 }
 
+/* A backlog from which a listener counts on many connections at once:
+ * their state then comes from the pool's arenas (mem/wisp_mem.h), and
+ * the first is made ahead. A listener that asks for a few (rping's 3)
+ * does not pay for 2 MiB it will not use. */
+#define EXPECT_MANY_BACKLOG 64
+
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct listener *ls;
@@ -730,6 +736,8 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		wcm_set_state(w, WCM_BOUND);
 		free(ls->pfd);
 		free(ls);
+	} else if (backlog >= EXPECT_MANY_BACKLOG) {
+		wisp_mem_expect_many();
 	}
 out:
 	pthread_mutex_unlock(&wcm.lock);
