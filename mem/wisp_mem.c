@@ -117,10 +117,9 @@ struct mem_pool {
 	struct mem_class cls[CLASSES];
 	char *arena_next, *arena_end;   /* what is left of the newest arena */
 	char *arena_spare;              /* the next one, made ahead */
-	/* A thread is making an arena (the helper, or an allocator that
-	 * found no spare), in process maker; the others wait for it on
+	/* The process whose thread is making an arena (the helper, or an
+	 * allocator that found no spare), or 0; the others wait for it on
 	 * arena_made rather than make a second one. */
-	bool arena_making;
 	pid_t maker;
 	pthread_cond_t arena_made;
 };
@@ -241,7 +240,7 @@ static char *arena_map(void)
  * NULL) becomes the spare, unless there is one. */
 static void arena_maker_done(struct mem_pool *m, char *a)
 {
-	m->arena_making = false;
+	m->maker = 0;
 	pthread_cond_broadcast(&m->arena_made);
 	if (a && !m->arena_spare) {
 		m->arena_spare = a;
@@ -266,7 +265,7 @@ static void *arena_helper(void *arg)
 
 static bool arena_maker_alive(const struct mem_pool *m)
 {
-	return m->arena_making && m->maker == getpid();
+	return m->maker == getpid();
 }
 
 /* Called with the lock held: have a spare arena made, unless there is
@@ -280,8 +279,8 @@ static void arena_ask_ahead(struct mem_pool *m)
 	    pthread_attr_init(&attr))
 		return;
 	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	m->arena_making = !pthread_create(&t, &attr, arena_helper, m);
-	m->maker = getpid();
+	if (!pthread_create(&t, &attr, arena_helper, m))
+		m->maker = getpid();
 	pthread_attr_destroy(&attr);
 }
 
@@ -300,7 +299,6 @@ static bool arena_room(struct mem_pool *m, size_t slot)
 			pthread_cond_wait(&m->arena_made, &m->lock);
 			continue;
 		} else {
-			m->arena_making = true;
 			m->maker = getpid();
 			pthread_mutex_unlock(&m->lock);
 			a = arena_map();
