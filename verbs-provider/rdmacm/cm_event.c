@@ -208,8 +208,10 @@ struct wcm_event *wcm_event_queue(struct wcm_id *owner, struct wcm_id *id,
 		return NULL;
 	/* rdma_conn_param carries a uint8_t length: private data beyond
 	 * 255 octets (rev 1 allows 512) is cut short. */
-	if (!pdata || pdata_len > 255)
-		pdata_len = pdata ? 255 : 0;
+	if (!pdata)
+		pdata_len = 0;
+	else if (pdata_len > 255)
+		pdata_len = 255;
 	e = wisp_mem_zalloc(wcm_event_size(pdata_len));
 	if (!e) {
 		wcm_log(WCM_LOG_ERROR, "no memory for %s", rdma_event_str(type));
