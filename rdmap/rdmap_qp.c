@@ -527,7 +527,7 @@ void qp_enter_error(struct rdmap_qp *qp, int term,
 	/* Under the post lock, so that a WR posted meanwhile is either
 	 * flushed here or sees ERROR and is flushed by its poster. */
 	if (qp->cfg.post_lock)
-		pthread_mutex_lock(qp->cfg.post_lock);
+		wisp_lock_take(qp->cfg.post_lock);
 	prev = atomic_exchange(&qp->state, RDMAP_QP_ERROR);
 	if (prev == RDMAP_QP_ERROR)
 		goto out;
@@ -558,7 +558,7 @@ void qp_enter_error(struct rdmap_qp *qp, int term,
 	flush_rq(qp);
 out:
 	if (qp->cfg.post_lock)
-		pthread_mutex_unlock(qp->cfg.post_lock);
+		wisp_lock_give(qp->cfg.post_lock);
 	if (prev != RDMAP_QP_ERROR && qp->cfg.ops->fatal)
 		qp->cfg.ops->fatal(qp->cfg.ops_arg, term);
 }
@@ -602,10 +602,10 @@ void rdmap_qp_stream_ended(struct rdmap_qp *qp, int reason)
 	/* Nothing can read the batch any more: let its WRs complete. */
 	release_all(qp);
 	if (qp->cfg.post_lock)
-		pthread_mutex_lock(qp->cfg.post_lock);
+		wisp_lock_take(qp->cfg.post_lock);
 	qp_sq_release(qp);
 	if (qp->cfg.post_lock)
-		pthread_mutex_unlock(qp->cfg.post_lock);
+		wisp_lock_give(qp->cfg.post_lock);
 }
 
 void rdmap_qp_shutdown(struct rdmap_qp *qp)

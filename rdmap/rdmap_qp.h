@@ -30,6 +30,7 @@
 #include "rdmap.h"
 #include "rdmap_qp_stats.h"
 #include "rdmap_stag.h"
+#include "wisp_lock.h"
 
 #define RDMAP_MAX_SGE        6
 #define RDMAP_MAX_INLINE     80
@@ -163,7 +164,7 @@ struct rdmap_qp_cfg {
 	uint32_t sq_size, rq_size;    /* entries, >= 1 */
 	/* The application's post lock, taken when the QP enters ERROR so
 	 * that flushing and posting never race; may be NULL. */
-	pthread_mutex_t *post_lock;
+	struct wisp_lock *post_lock;
 	/* Where the QP counts (rdmap_qp_stats.h), e.g. a slot the owner
 	 * publishes; NULL: in the QP itself. Must outlive the QP. */
 	struct rdmap_qp_stats *stats;

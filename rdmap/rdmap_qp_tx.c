@@ -818,10 +818,10 @@ int rdmap_qp_tx_done(struct rdmap_qp *qp, size_t n)
 	}
 	/* Flushed WRs held back because of these octets may go now. */
 	if (qp->cfg.post_lock)
-		pthread_mutex_lock(qp->cfg.post_lock);
+		wisp_lock_take(qp->cfg.post_lock);
 	qp_sq_release(qp);
 	if (qp->cfg.post_lock)
-		pthread_mutex_unlock(qp->cfg.post_lock);
+		wisp_lock_give(qp->cfg.post_lock);
 	return close;
 }
 

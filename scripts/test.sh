@@ -160,7 +160,7 @@ run_fuzzers() {
 }
 
 run_cppcheck() {
-	local dirs=("$top/wire" "$top/mem" "$top/mpa" "$top/ddp" "$top/rdmap" "$top/tcp-glue"
+	local dirs=("$top/wire" "$top/mem" "$top/sync" "$top/mpa" "$top/ddp" "$top/rdmap" "$top/tcp-glue"
 		    "$top/verbs-provider" "$top/tests/fuzz" "$top/tests/wan")
 
 	[ -d "$top/bench" ] && dirs+=("$top/bench")
@@ -169,7 +169,7 @@ run_cppcheck() {
 	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
 		--enable=warning,style,performance,portability \
 		--suppress=missingIncludeSystem \
-		-I "$top/wire" -I "$top/mem" -I "$top/mpa" -I "$top/ddp" -I "$top/rdmap" \
+		-I "$top/wire" -I "$top/mem" -I "$top/sync" -I "$top/mpa" -I "$top/ddp" -I "$top/rdmap" \
 		-I "$top/tcp-glue" \
 		-I "$top/verbs-provider" -I "$top/verbs-provider/ibverbs" \
 		-I "$top/verbs-provider/rdmacm" \

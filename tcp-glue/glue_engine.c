@@ -908,7 +908,7 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	 * number may already name another file. Once it has let go, it
 	 * finds the connection gone. */
 	pthread_mutex_lock(&c->tx_lock);
-	pthread_mutex_lock(&c->rx_lock);
+	wisp_lock_take(&c->rx_lock);
 	cork_forget(e, c);
 	conn_set_state(c, GLUE_CONN_GONE);
 	if (c->fd >= 0)           /* -1: conn_zc_abort_close closed it */
@@ -916,7 +916,7 @@ static void conn_finish(struct glue_engine *e, struct glue_conn *c)
 	c->fd = -1;
 	glue_tls_free(c->tls);
 	c->tls = NULL;
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
 	c->ops->ended(c->arg, c->reason);
 }
@@ -959,7 +959,6 @@ void glue_conn_free(struct glue_conn *c)
 	if (!c)
 		return;
 	pthread_mutex_destroy(&c->tx_lock);
-	pthread_mutex_destroy(&c->rx_lock);
 	if (c->tx_iov != c->tx_iov_small)
 		munmap(c->tx_iov, GLUE_TX_IOV * sizeof(struct iovec));
 	wisp_mem_free(c, sizeof(*c));
@@ -1025,7 +1024,7 @@ static bool conn_trim(struct glue_conn *c)
 	if (conn_state(c) != GLUE_CONN_OPEN)
 		return false;
 	/* A side in use is not idle: look again next time. */
-	if (pthread_mutex_trylock(&c->rx_lock))
+	if (!wisp_lock_try(&c->rx_lock))
 		return true;
 	if (pthread_mutex_trylock(&c->tx_lock))
 		goto out_rx;
@@ -1042,7 +1041,7 @@ static bool conn_trim(struct glue_conn *c)
 out_tx:
 	pthread_mutex_unlock(&c->tx_lock);
 out_rx:
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	return held;
 }
 
@@ -1439,11 +1438,11 @@ static void conn_zc_abort_close(struct glue_engine *e, struct glue_conn *c)
 
 	e->be->conn_del(e, c);
 	pthread_mutex_lock(&c->tx_lock);
-	pthread_mutex_lock(&c->rx_lock);
+	wisp_lock_take(&c->rx_lock);
 	setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	close(c->fd);
 	c->fd = -1;
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	pthread_mutex_unlock(&c->tx_lock);
 	glue_debug("conn %p: closed with a zero-copy send in flight",
 		   (void *)c);
@@ -1702,10 +1701,10 @@ bool glue_conn_recv_at(struct glue_conn *c, int64_t now_ms)
 	stamp_poll(&c->app_rx_ms, now_ms);
 	if (c->tls_on)
 		stamp_poll(&c->app_tx_ms, now_ms);
-	if (pthread_mutex_trylock(&c->rx_lock))
+	if (!wisp_lock_try(&c->rx_lock))
 		return false;
 	if (conn_stopped(c)) {
-		pthread_mutex_unlock(&c->rx_lock);
+		wisp_lock_give(&c->rx_lock);
 		return false;
 	}
 	/* Through TLS, while sends wait: look without the session's lock
@@ -1716,12 +1715,12 @@ bool glue_conn_recv_at(struct glue_conn *c, int64_t now_ms)
 	 * send, as a ping-pong waits, the look would only add a system
 	 * call. */
 	if (c->tls && atomic_load(&c->tx_more) && glue_tls_rx_idle(c->tls)) {
-		pthread_mutex_unlock(&c->rx_lock);
+		wisp_lock_give(&c->rx_lock);
 		glue_conn_send_now(c);
 		return false;
 	}
 	r = rx_drain(c, 8, &got, true);
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	if (r <= 0 || atomic_load(&c->close_req)) {
 		/* An end, a close or more to read: the engine's business. */
 		atomic_store(&c->rx_more, true);
@@ -1808,17 +1807,17 @@ static void answer_wait(struct glue_conn *c, int64_t post, int64_t wait)
 		 * wait armed before), or another post came. */
 		if (!mine && atomic_load(&c->ans.post_ns) != post)
 			break;
-		if (!pthread_mutex_trylock(&c->rx_lock)) {
+		if (wisp_lock_try(&c->rx_lock)) {
 			bool got = false, partial;
 			int r;
 
 			if (conn_stopped(c)) {
-				pthread_mutex_unlock(&c->rx_lock);
+				wisp_lock_give(&c->rx_lock);
 				break;
 			}
 			r = rx_drain(c, 8, &got, true);
 			partial = c->rx_partial;
-			pthread_mutex_unlock(&c->rx_lock);
+			wisp_lock_give(&c->rx_lock);
 			if (r <= 0 || atomic_load(&c->close_req))
 				break;    /* an end, a close or more: the engine's */
 			/* What arrived may call for sending (a Read Response,
@@ -2178,14 +2177,14 @@ static void pump_rx(struct glue_engine *e, struct glue_conn *c)
 			goto arm;
 		}
 	}
-	if (pthread_mutex_trylock(&c->rx_lock)) {
+	if (!wisp_lock_try(&c->rx_lock)) {
 		/* A polling thread is draining the socket: it reads until
 		 * EAGAIN, so waiting for readiness again loses nothing. */
 		r = 1;
 		goto arm;
 	}
 	r = rx_drain(c, 16, &got, false);
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	if (got) {
 		bp_active(e);
 		bp_set_hot(e, c);
@@ -2242,10 +2241,10 @@ static bool bp_hot_recv(struct glue_engine *e)
 	if (c->tls || !c->rx_armed || atomic_load(&c->rx_more) ||
 	    conn_state(c) != GLUE_CONN_OPEN || app_polls(c))
 		return false;
-	if (pthread_mutex_trylock(&c->rx_lock))
+	if (!wisp_lock_try(&c->rx_lock))
 		return false;
 	r = rx_drain(c, 16, &got, false);
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	if (r > 0 && !got)
 		return false;
 	if (got) {
@@ -2804,7 +2803,7 @@ struct glue_conn *glue_conn_adopt(struct glue_engine *e, int fd,
 	atomic_init(&c->post_rx_ms, 0);
 	atomic_init(&c->corked, false);
 	atomic_init(&c->cork_listed, false);
-	pthread_mutex_init(&c->rx_lock, NULL);
+	wisp_lock_init(&c->rx_lock);
 	{
 		pthread_mutexattr_t ma;
 

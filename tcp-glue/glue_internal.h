@@ -12,6 +12,7 @@
 
 #include "glue.h"
 #include "glue_stats.h"
+#include "wisp_lock.h"
 
 #define GLUE_CLOSE_DEADLINE_MS 2000
 /* How long after a thread last polled a connection itself the engine
@@ -98,7 +99,7 @@ struct glue_conn {
 	_Atomic int64_t app_tx_ms;
 	/* Receive side: the engine and polling threads drain the socket
 	 * under it (glue_conn_recv_now). */
-	pthread_mutex_t rx_lock;
+	struct wisp_lock rx_lock;
 	atomic_bool tx_more;      /* tx_fill may have more right away */
 	/* The last send on c found its socket full: EAGAIN, or the kernel
 	 * took only part (written under tx_lock; glue_engine.c "Waiting

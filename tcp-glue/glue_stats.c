@@ -60,13 +60,13 @@ void glue_conn_set_stats(struct glue_conn *c, struct glue_conn_stats *st)
 	 * after its counts moved: the engine may have sent and received
 	 * already (an RTR goes out as soon as the connection is added). */
 	pthread_mutex_lock(&c->tx_lock);
-	pthread_mutex_lock(&c->rx_lock);
+	wisp_lock_take(&c->rx_lock);
 	from = stats(c);
 	if (from != to) {
 		fold(to, from);
 		atomic_store_explicit(&c->st, to, memory_order_release);
 	}
-	pthread_mutex_unlock(&c->rx_lock);
+	wisp_lock_give(&c->rx_lock);
 	glue_tx_unlock(c);
 }
 

@@ -178,13 +178,13 @@ void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited)
 		cq_armed_event(cq, wc, solicited);
 		return;
 	}
-	pthread_mutex_lock(&cq->prod_lock);
+	wisp_lock_take(&cq->prod_lock);
 	tail = atomic_load_explicit(&cq->tail, memory_order_relaxed);
 	head = atomic_load_explicit(&cq->head, memory_order_acquire);
 	if (tail - head >= cq->size) {
 		/* Overrun: the application sized its CQ too small. Report it
 		 * as rdma-core devices do, with IBV_EVENT_CQ_ERR. */
-		pthread_mutex_unlock(&cq->prod_lock);
+		wisp_lock_give(&cq->prod_lock);
 		if (!atomic_exchange(&cq->overrun, true)) {
 			struct ibv_async_event ev = {
 				.element.cq = &cq->base.cq,
@@ -196,7 +196,7 @@ void wisp_cq_push(struct wisp_cq *cq, const struct ibv_wc *wc, bool solicited)
 	}
 	cq->ring[tail & (cq->size - 1)] = *wc;
 	atomic_store_explicit(&cq->tail, tail + 1, memory_order_release);
-	pthread_mutex_unlock(&cq->prod_lock);
+	wisp_lock_give(&cq->prod_lock);
 	cq_armed_event(cq, wc, solicited);
 }
 
@@ -219,8 +219,8 @@ static int cq_init(struct wisp_cq *cq, struct ibv_context *ctx, int cqe,
 	cq->base.cq.cqe = (int)size;
 	pthread_mutex_init(&cq->base.cq.mutex, NULL);
 	pthread_cond_init(&cq->base.cq.cond, NULL);
-	pthread_mutex_init(&cq->prod_lock, NULL);
-	pthread_mutex_init(&cq->cons_lock, NULL);
+	wisp_lock_init(&cq->prod_lock);
+	wisp_lock_init(&cq->cons_lock);
 	pthread_mutex_init(&cq->conns_lock, NULL);
 	atomic_init(&cq->conns_busy, false);
 	atomic_init(&cq->conns_wanted, false);
@@ -301,8 +301,6 @@ int wisp_destroy_cq(struct ibv_cq *ibcq)
 		ibcq->channel->refcnt--;
 		pthread_mutex_unlock(&ch->lock);
 	}
-	pthread_mutex_destroy(&cq->prod_lock);
-	pthread_mutex_destroy(&cq->cons_lock);
 	pthread_mutex_destroy(&cq->conns_lock);
 	free(cq->conns);
 	wisp_mem_free_array(cq->ring, cq->size, sizeof(*cq->ring));
@@ -427,13 +425,13 @@ static int cq_take(struct wisp_cq *cq, int num_entries, struct ibv_wc *wc)
 	uint32_t head, tail;
 	int n = 0;
 
-	pthread_mutex_lock(&cq->cons_lock);
+	wisp_lock_take(&cq->cons_lock);
 	head = atomic_load_explicit(&cq->head, memory_order_relaxed);
 	tail = atomic_load_explicit(&cq->tail, memory_order_acquire);
 	while (head != tail && n < num_entries)
 		wc[n++] = cq->ring[head++ & (cq->size - 1)];
 	atomic_store_explicit(&cq->head, head, memory_order_release);
-	pthread_mutex_unlock(&cq->cons_lock);
+	wisp_lock_give(&cq->cons_lock);
 	return n;
 }
 

@@ -43,7 +43,7 @@ struct wisp_cq {
 	struct ibv_wc *ring;
 	uint32_t size;            /* power of two */
 	_Atomic uint32_t head, tail;
-	pthread_mutex_t prod_lock, cons_lock;
+	struct wisp_lock prod_lock, cons_lock;
 	atomic_int armed;
 	atomic_bool overrun;
 	atomic_int users;         /* QPs using it */
@@ -146,11 +146,11 @@ struct wisp_qp {
 		struct ibv_qp_ex qpx;
 	} base;
 	struct rdmap_qp *core;
-	pthread_mutex_t post_lock;
+	struct wisp_lock post_lock;
 	/* Serialises the core between the engine thread, a posting thread
 	 * that sends directly (glue_conn_send_now) and a polling thread
 	 * that receives directly (glue_conn_recv_now). */
-	pthread_mutex_t core_lock;
+	struct wisp_lock core_lock;
 	/* rx_want left core_lock held for its rx_done (verbs_stream.c).
 	 * Only the thread receiving on the stream uses it, and receives are
 	 * serialised by the engine (glue's rx_lock). */

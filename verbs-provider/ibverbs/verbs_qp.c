@@ -117,9 +117,9 @@ static const struct rdmap_qp_ops core_ops = {
 
 void wisp_qp_core_end(struct wisp_qp *qp, int reason)
 {
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	rdmap_qp_stream_ended(qp->core, reason);
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 }
 
 /* Engine thread: close the stream unless it is already over. */
@@ -144,9 +144,9 @@ static void close_cmd(void *arg)
 		/* Flush locally now; the peer learns from the FIN. What the
 		 * engine was handed to send still goes (or the close deadline
 		 * aborts it): its WRs complete only after that. */
-		pthread_mutex_lock(&qp->core_lock);
+		wisp_lock_take(&qp->core_lock);
 		rdmap_qp_shutdown(qp->core);
-		pthread_mutex_unlock(&qp->core_lock);
+		wisp_lock_give(&qp->core_lock);
 		wisp_qp_set_state(qp, IBV_QPS_ERR);
 	}
 	glue_conn_close(qp->stream.conn, a->reason, a->graceful);
@@ -183,9 +183,9 @@ static void detach_conn(struct wisp_qp *qp)
 	wisp_cq_del_conn(qp->scq, c);
 	if (qp->rcq != qp->scq)
 		wisp_cq_del_conn(qp->rcq, c);
-	pthread_mutex_lock(&qp->core_lock);   /* core_fatal reads it */
+	wisp_lock_take(&qp->core_lock);   /* core_fatal reads it */
 	qp->stream.conn = NULL;
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	glue_conn_free(c);
 }
 
@@ -211,9 +211,9 @@ static void revoke_cmd(void *arg)
 
 		if (qp->base.qp.context != a->ctx || !qp->stream.conn)
 			continue;
-		pthread_mutex_lock(&qp->core_lock);
+		wisp_lock_take(&qp->core_lock);
 		r = rdmap_qp_revoke(qp->core, a->mr);
-		pthread_mutex_unlock(&qp->core_lock);
+		wisp_lock_give(&qp->core_lock);
 		if (r & RDMAP_REVOKE_ABORT)
 			glue_conn_close(qp->stream.conn, ECONNABORTED, false);
 		if (r)
@@ -299,8 +299,8 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 	qp = wisp_mem_zalloc(sizeof(*qp));
 	if (!qp)
 		goto err;
-	pthread_mutex_init(&qp->post_lock, NULL);
-	pthread_mutex_init(&qp->core_lock, NULL);
+	wisp_lock_init(&qp->post_lock);
+	wisp_lock_init(&qp->core_lock);
 	pthread_mutex_init(&qp->stream.end_lock, NULL);
 	pthread_cond_init(&qp->stream.end_cond, NULL);
 	cfg.pd = pd;
@@ -359,8 +359,6 @@ err_free:
 	wisp_stats_qp_close(ctx, qp->stats, NULL);
 	pthread_cond_destroy(&qp->stream.end_cond);
 	pthread_mutex_destroy(&qp->stream.end_lock);
-	pthread_mutex_destroy(&qp->core_lock);
-	pthread_mutex_destroy(&qp->post_lock);
 	wisp_mem_free(qp, sizeof(*qp));
 err:
 	errno = ret;
@@ -496,12 +494,12 @@ static int reset_core(struct wisp_qp *qp)
 	if (!core)
 		return ENOMEM;
 	/* The core lock too: ibv_dereg_mr's revocation reads qp->core. */
-	pthread_mutex_lock(&qp->core_lock);
-	pthread_mutex_lock(&qp->post_lock);
+	wisp_lock_take(&qp->core_lock);
+	wisp_lock_take(&qp->post_lock);
 	rdmap_qp_destroy(qp->core);
 	qp->core = core;
-	pthread_mutex_unlock(&qp->post_lock);
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->post_lock);
+	wisp_lock_give(&qp->core_lock);
 	return 0;
 }
 
@@ -551,9 +549,9 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		 * included): a WRITE or Read Request the QP does not allow
 		 * is refused with a Terminate, RDMAP 0x0102. */
 		qp->access_flags = attr->qp_access_flags;
-		pthread_mutex_lock(&qp->post_lock);
+		wisp_lock_take(&qp->post_lock);
 		rdmap_qp_set_access(qp->core, core_access(qp->access_flags));
-		pthread_mutex_unlock(&qp->post_lock);
+		wisp_lock_give(&qp->post_lock);
 	}
 	if (!(mask & IBV_QP_STATE) || to == cur)
 		return 0;
@@ -569,9 +567,9 @@ int wisp_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 			wisp_qp_stream_close(qp, ECONNABORTED, false);
 		} else {
 			wisp_qp_core_end(qp, 0);
-			pthread_mutex_lock(&qp->post_lock);
+			wisp_lock_take(&qp->post_lock);
 			rdmap_qp_flush_idle(qp->core);
-			pthread_mutex_unlock(&qp->post_lock);
+			wisp_lock_give(&qp->post_lock);
 		}
 		break;
 	case IBV_QPS_SQD:
@@ -643,8 +641,6 @@ int wisp_destroy_qp(struct ibv_qp *ibqp)
 		atomic_fetch_sub(&qp->srq->users, 1);
 	pthread_cond_destroy(&qp->stream.end_cond);
 	pthread_mutex_destroy(&qp->stream.end_lock);
-	pthread_mutex_destroy(&qp->core_lock);
-	pthread_mutex_destroy(&qp->post_lock);
 	pthread_cond_destroy(&ibqp->cond);
 	pthread_mutex_destroy(&ibqp->mutex);
 	wisp_mem_free(qp, sizeof(*qp));
@@ -732,7 +728,7 @@ static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	int ret = 0;
 	bool flush;
 
-	pthread_mutex_lock(&qp->post_lock);
+	wisp_lock_take(&qp->post_lock);
 	st = wisp_qp_state(qp);
 	flush = st == IBV_QPS_ERR;
 	if (st != IBV_QPS_RTS && !flush) {
@@ -764,7 +760,7 @@ static int post_send_chain(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	if (flush || rdmap_qp_state(qp->core) == RDMAP_QP_ERROR)
 		rdmap_qp_flush_idle(qp->core);
 out:
-	pthread_mutex_unlock(&qp->post_lock);
+	wisp_lock_give(&qp->post_lock);
 	/* Send on this thread when the engine is not sending: one thread
 	 * hand-off less per message (a burst of small posts corks:
 	 * glue_conn_send_post). Otherwise the engine picks it up. */
@@ -796,7 +792,7 @@ int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	uint32_t tail, head;
 	int ret = 0;
 
-	pthread_mutex_lock(&qp->post_lock);
+	wisp_lock_take(&qp->post_lock);
 	st = wisp_qp_state(qp);
 	if (qp->srq || st == IBV_QPS_RESET) {
 		ret = EINVAL;
@@ -822,6 +818,6 @@ int wisp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	if (st == IBV_QPS_ERR || rdmap_qp_state(qp->core) == RDMAP_QP_ERROR)
 		rdmap_qp_flush_idle(qp->core);
 out:
-	pthread_mutex_unlock(&qp->post_lock);
+	wisp_lock_give(&qp->post_lock);
 	return ret;
 }

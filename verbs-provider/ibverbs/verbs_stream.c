@@ -51,7 +51,7 @@ static int s_rx_want(void *arg, struct iovec *iov, int cap)
 	qp->rx_held = !n;
 	if (n)
 		return n;
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	return rdmap_qp_rx_want(qp->core, iov, cap);
 }
 
@@ -69,7 +69,7 @@ static int rx_done_locked(struct wisp_qp *qp, size_t n)
 
 	if (atomic_load_explicit(&qp->ncqe, memory_order_relaxed) != ncqe)
 		ret |= GLUE_RX_COMPLETED;
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	return ret;
 }
 
@@ -81,9 +81,9 @@ static int s_rx_done(void *arg, size_t n)
 		/* A staged receive that brought nothing: nothing changed. */
 		if (!n)
 			return 0;
-		pthread_mutex_lock(&qp->core_lock);
+		wisp_lock_take(&qp->core_lock);
 	} else if (!n) {
-		pthread_mutex_unlock(&qp->core_lock);
+		wisp_lock_give(&qp->core_lock);
 		return 0;
 	}
 	return rx_done_locked(qp, n);
@@ -94,9 +94,9 @@ static int s_tx_fill(void *arg, struct iovec *iov, int cap)
 	struct wisp_qp *qp = arg;
 	int ret;
 
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	ret = rdmap_qp_tx_fill(qp->core, iov, cap);
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	return ret;
 }
 
@@ -105,13 +105,13 @@ static int s_tx_done(void *arg, size_t n)
 	struct wisp_qp *qp = arg;
 	int ret;
 
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	ret = rdmap_qp_tx_done(qp->core, n) ? GLUE_TX_CLOSE : 0;
 	/* Under the same lock: rdmap_qp_tx_fill gives nothing without it
 	 * (the sender then skips asking). */
 	if (!rdmap_qp_tx_pending(qp->core))
 		ret |= GLUE_TX_IDLE;
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	return ret;
 }
 
@@ -120,9 +120,9 @@ static int64_t s_timer(void *arg, int64_t now_ms, bool *send)
 	struct wisp_qp *qp = arg;
 	int64_t next;
 
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	next = rdmap_qp_tick(qp->core, now_ms, send);
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	return next;
 }
 
@@ -131,9 +131,9 @@ static bool s_idle(void *arg)
 	struct wisp_qp *qp = arg;
 	bool held;
 
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	held = rdmap_qp_trim(qp->core);
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	return held;
 }
 
@@ -278,11 +278,11 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 	ret = stream_cfg(qp, fd, p, &s);
 	if (ret)
 		goto err_close;
-	pthread_mutex_lock(&qp->post_lock);
+	wisp_lock_take(&qp->post_lock);
 	ret = -rdmap_qp_start(qp->core, &s);
 	if (!ret)
 		wisp_qp_set_state(qp, IBV_QPS_RTS);
-	pthread_mutex_unlock(&qp->post_lock);
+	wisp_lock_give(&qp->post_lock);
 	if (ret)
 		goto err_close;
 	qp->stream.ended = false;
@@ -299,11 +299,11 @@ int wisp_qp_attach_stream(struct ibv_qp *ibqp, int fd,
 	/* Under the core lock: the engine may already be receiving on c,
 	 * and core_fatal (called with that lock) reads stream.conn to start
 	 * the close. A QP that failed before c was known closes now. */
-	pthread_mutex_lock(&qp->core_lock);
+	wisp_lock_take(&qp->core_lock);
 	qp->stream.conn = c;
 	if (rdmap_qp_state(qp->core) == RDMAP_QP_ERROR)
 		glue_conn_close_soon(c);
-	pthread_mutex_unlock(&qp->core_lock);
+	wisp_lock_give(&qp->core_lock);
 	glue_conn_set_stats(c, wisp_stats_qp_sock(qp->stats));
 	/* From now on a thread polling an empty CQ of the QP may receive
 	 * on the stream itself. */
