@@ -33,6 +33,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "cm_loopback.h"
+#include "proc_threads.h"
 #include "wisp_rdmacm.h"
 
 #define WAIT_MS 5000
@@ -1180,44 +1181,12 @@ static int count_dir(const char *path, bool fd_dir)
 	return fd_dir ? n - 1 : n;
 }
 
-/* The name of thread tid of ours into comm ("" if it has just ended). */
-static void thread_comm(const char *tid, char *comm, size_t len)
-{
-	char path[300];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%s/comm", tid);
-	comm[0] = 0;
-	f = fopen(path, "r");
-	if (!f)
-		return;
-	if (!fgets(comm, (int)len, f))
-		comm[0] = 0;
-	fclose(f);
-	comm[strcspn(comm, "\n")] = 0;
-}
-
 /* Our threads but the memory pool's helper ("wisp-mem", mem/wisp_mem.c),
  * which populates an arena and ends, whenever the pool runs low: it
  * comes and goes with allocations, not with connections. */
 static int threads_but_pool(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert_not_null(d, "/proc/self/task: %s", strerror(errno));
-	while ((e = readdir(d))) {
-		char comm[32];
-
-		if (e->d_name[0] == '.')
-			continue;
-		/* No name: it ended as we looked. */
-		thread_comm(e->d_name, comm, sizeof(comm));
-		n += comm[0] && strcmp(comm, "wisp-mem") != 0;
-	}
-	closedir(d);
-	return n;
+	return proc_threads("wisp-mem").others;
 }
 
 /* Our threads (threads_but_pool), once two readings 20 ms apart agree.

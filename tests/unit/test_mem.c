@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "proc_threads.h"
 #include "wisp_mem.h"
 
 /* Every size a class boundary is near, and some far from any. */
@@ -218,28 +219,7 @@ static void hg_bytes(size_t *mapped, size_t *resident, uintptr_t a,
 /* Threads of this process named wisp-mem. */
 static int mem_threads(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d))) {
-		char path[300], comm[32] = "";
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;     /* ended meanwhile */
-		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "wisp-mem", 8))
-			n++;
-		fclose(f);
-	}
-	closedir(d);
-	return n;
+	return proc_threads("wisp-mem").named;
 }
 
 /* An arena put in use has the next one made ahead, populated, by a
